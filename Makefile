@@ -1,0 +1,73 @@
+# Every target that needs something installs it first: a fresh Debian 12 / Ubuntu machine needs
+# nothing else than `make`. The package runs on /usr/bin/python3 and Debian's modules, so the
+# default test run uses those; `make test-pypi` repeats the suite with the current PyPI SDKs.
+SYSPATH := /usr/sbin:/usr/bin:/sbin:/bin
+PY := /usr/bin/python3
+VENV := .venv-pypi
+APT_DEPS := python3 python3-azure python3-configobj python3-yaml python3-debian python3-pytest \
+            python3-cryptography python3-requests python3-venv python3-pip openssl
+PYTEST_ARGS ?=
+
+.PHONY: all deps test test-debian test-pypi demo bench clean
+
+all: test
+
+deps:
+	@missing=$$(for p in $(APT_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.stamp: requirements-pypi.txt | deps
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r requirements-pypi.txt
+	touch $@
+
+# The README's test command: the suite on Debian's SDK versions, then on current PyPI ones.
+test: test-debian test-pypi
+
+test-debian: deps
+	env PATH=$(SYSPATH) $(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-pypi: $(VENV)/.stamp
+	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# The main job until the package exists: a bootstrap against the emulator into a scratch root.
+demo: deps
+	env PATH=$(SYSPATH) $(PY) -m tests.demo
+
+bench: deps
+	env PATH=$(SYSPATH) $(PY) -m tests.bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache demo-root
+
+# ---------------------------------------------------------------------------------------
+# The Debian package (issue 3). Each target installs what it needs from Debian's archive.
+#   make deb       build/deb/aks-flex-node_<version>_all.deb (dpkg-buildpackage, no network)
+#   make lint-deb  lintian --pedantic on it: any error or warning fails
+#   make test-deb  tests/deb: the package's contents, lintian, the maintainer-script matrix,
+#                  debconf runs against a private debconf database, installs in a throwaway
+#                  bookworm root (mmdebstrap; its base tarball is cached in build/deb-cache)
+DEB_OUT := build/deb
+DEB_BUILD_DEPS := debhelper dh-python python3-all python3-setuptools po-debconf lintian fakeroot
+DEB_TEST_DEPS := debconf debconf-utils ucf mmdebstrap man-db
+
+.PHONY: deb-deps deb lint-deb test-deb
+
+deb-deps:
+	@missing=$$(for p in $(DEB_BUILD_DEPS) $(DEB_TEST_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+deb: deb-deps
+	tools/build-deb.sh $(DEB_OUT)
+
+lint-deb: deb
+	lintian --pedantic -E -I --fail-on error,warning $(DEB_OUT)/aks-flex-node_*.changes
+
+test-deb: deb-deps deps
+	env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -m pytest -q tests/deb $(PYTEST_ARGS)

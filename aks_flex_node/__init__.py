@@ -1,0 +1,3 @@
+"""aks-flex-node: join a non-Azure Debian/Ubuntu machine to an AKS cluster through Azure Arc."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,355 @@
+"""The operator's Azure credential, and turning Azure SDK failures into our errors.
+
+Three ways in (config `auth_method`): a service principal (secret or certificate read from
+a root-only file), the Azure CLI's logged-in account, or a managed identity of the
+machine running the tool. Never an interactive login: this runs from maintainer scripts
+and systemd, where a prompt would hang (upstream-go-agent.md §8, "an interactive az login
+can be triggered from the daemon").
+"""
+
+import contextlib
+import inspect
+import os
+import re
+import stat
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Optional
+
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.identity import (
+    AzureCliCredential,
+    CertificateCredential,
+    ClientSecretCredential,
+    CredentialUnavailableError,
+    ManagedIdentityCredential,
+)
+
+from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+
+AUTH_METHODS = ("service-principal", "azure-cli", "managed-identity")
+# Authority hosts MSAL knows itself; for any other (Azure Stack, a test emulator) it
+# would first ask the public cloud's instance-discovery endpoint, which fails offline
+# (azure-wire.md §2.2, key finding 4).
+WELL_KNOWN_AUTHORITY_HOSTS = frozenset(
+    {
+        "login.microsoftonline.com",
+        "login.microsoft.com",
+        "login.windows.net",
+        "sts.windows.net",
+        "login.microsoftonline.us",
+        "login.usgovcloudapi.net",
+        "login.chinacloudapi.cn",
+        "login.partner.microsoftonline.cn",
+        "login.microsoftonline.de",
+    }
+)
+MAX_SECRET_FILE_BYTES = 64 * 1024
+
+# What to check for the Entra ID errors an operator actually meets (AADSTS codes are
+# documented at https://learn.microsoft.com/entra/identity-platform/reference-error-codes).
+AADSTS_HINTS = {
+    "7000215": "the client secret is wrong: check the file named by sp_client_secret_file (the secret's value, not its ID)",
+    "7000222": "the client secret has expired: create a new one for the app registration",
+    "700016": "no application with this sp_client_id in the tenant: check sp_client_id and tenant_id",
+    "90002": "the tenant does not exist: check tenant_id",
+    "900023": "tenant_id is not a valid tenant ID or domain",
+    "700027": "the certificate is not registered on the app registration: upload its public part",
+    "7000112": "the application is disabled in the tenant",
+    "50034": "the signed-in account does not exist in the tenant",
+}
+
+
+def _under_root(root, path):
+    if not path:
+        return path
+    return os.path.join(root, path.lstrip("/")) if root and root != "/" else path
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """What a credential needs, as plain values (paths already real on this machine)."""
+
+    method: str
+    tenant_id: str
+    client_id: Optional[str] = None
+    client_secret_file: Optional[str] = None
+    certificate_file: Optional[str] = None
+    managed_identity_client_id: Optional[str] = None
+    authority: Optional[str] = None
+    ca_bundle: Optional[str] = None
+    proxies: Optional[dict] = None
+    # Only for a secret that never was in a file (an upstream config.json read into
+    # memory, config.Config.client_secret()); otherwise it is read from client_secret_file.
+    client_secret: Optional[str] = field(default=None, repr=False)
+
+    @classmethod
+    def from_config(cls, cfg, root=None):
+        """From the loaded config.Config. The secret and certificate files are node paths
+        (under the config's root); endpoints.ca_bundle is already a path on this machine."""
+        from aks_flex_node.azure.clients import proxies_for  # no cycle: clients does not import auth
+
+        root = str(root if root is not None else getattr(cfg, "root", "/"))
+        endpoints = cfg.endpoints
+        secret_file = getattr(cfg, "sp_client_secret_file", None) or None
+        in_memory_secret = None
+        if cfg.auth_method == "service-principal" and not secret_file and hasattr(cfg, "client_secret"):
+            in_memory_secret = cfg.client_secret()
+        return cls(
+            method=cfg.auth_method,
+            tenant_id=cfg.tenant_id,
+            client_id=getattr(cfg, "sp_client_id", None) or None,
+            client_secret_file=_under_root(root, secret_file),
+            certificate_file=_under_root(root, getattr(cfg, "sp_certificate_file", None) or None),
+            managed_identity_client_id=getattr(cfg, "managed_identity_client_id", None) or None,
+            authority=endpoints.authority,
+            ca_bundle=endpoints.ca_bundle or None,
+            proxies=proxies_for(endpoints.authority, getattr(cfg, "https_proxy", None), getattr(cfg, "no_proxy", None)),
+            client_secret=in_memory_secret,
+        )
+
+
+def read_secret_file(path, field):
+    """The contents of a root-only file; refuse one that others could read or swap."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise AuthError(f"{field} = {path!r}: the file does not exist") from None
+    except OSError as err:
+        if err.errno == getattr(os, "ELOOP", 40):
+            raise AuthError(f"{field} = {path!r}: is a symlink: expected a regular file") from None
+        raise AuthError(f"{field} = {path!r}: cannot open it ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise AuthError(f"{field} = {path!r}: expected a regular file")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise AuthError(
+                f"{field} = {path!r} has mode {mode:04o}: expected 0600 or 0400 (readable by its owner only)",
+                remedy=f"chmod 600 {path}",
+            )
+        if info.st_uid not in (0, os.geteuid()):
+            raise AuthError(
+                f"{field} = {path!r} is owned by uid {info.st_uid}: expected root",
+                remedy=f"chown root:root {path}",
+            )
+        data = handle.read(MAX_SECRET_FILE_BYTES + 1)
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise AuthError(f"{field} = {path!r}: expected at most {MAX_SECRET_FILE_BYTES} bytes")
+    return data
+
+
+def _instance_discovery_off(credential_class):
+    """The keyword that turns MSAL's instance discovery off, for this azure-identity.
+
+    1.13.0b2 calls it `instance_discovery=False`, 1.13.0 and later
+    `disable_instance_discovery=True` (azure-wire.md appendix). Unknown keywords are
+    swallowed silently by both, so ask the constructors' signatures which one they know.
+    """
+    for klass in credential_class.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters
+        except (TypeError, ValueError):
+            continue
+        if "disable_instance_discovery" in params:
+            return {"disable_instance_discovery": True}
+        if "instance_discovery" in params:
+            return {"instance_discovery": False}
+    return {"disable_instance_discovery": True}  # the documented name since 1.13.0
+
+
+def _authority_kwargs(settings, credential_class):
+    kwargs = {}
+    if settings.authority:
+        parts = urllib.parse.urlsplit(settings.authority)
+        if parts.scheme != "https" or not parts.hostname:
+            # azure-identity refuses http:// and misreads "host:port" (azure-wire.md §2.3).
+            raise AuthError(f"authority = {settings.authority!r}: expected an https:// URL")
+        kwargs["authority"] = settings.authority
+        if parts.hostname.lower() not in WELL_KNOWN_AUTHORITY_HOSTS:
+            kwargs.update(_instance_discovery_off(credential_class))
+    if settings.ca_bundle:
+        kwargs["connection_verify"] = settings.ca_bundle
+    if settings.proxies:
+        kwargs["proxies"] = settings.proxies
+    return kwargs
+
+
+def credential(settings, root=None):
+    """A TokenCredential for the operator. `settings` is an AuthSettings or the Config."""
+    if not isinstance(settings, AuthSettings):
+        settings = AuthSettings.from_config(settings, root)
+    if settings.method not in AUTH_METHODS:
+        raise AuthError(f"auth_method = {settings.method!r}: expected one of {', '.join(AUTH_METHODS)}")
+
+    if settings.method == "service-principal":
+        if not settings.client_id:
+            raise AuthError("sp_client_id = '': expected the application (client) ID of the service principal")
+        if settings.certificate_file:
+            pem = read_secret_file(settings.certificate_file, "sp_certificate_file")
+            if b"PRIVATE KEY-----" not in pem or b"BEGIN CERTIFICATE" not in pem:
+                raise AuthError(
+                    f"sp_certificate_file = {settings.certificate_file!r}: expected a PEM file with "
+                    "the certificate and its unencrypted private key"
+                )
+            return CertificateCredential(
+                settings.tenant_id,
+                settings.client_id,
+                certificate_data=pem,
+                **_authority_kwargs(settings, CertificateCredential),
+            )
+        if settings.client_secret and not settings.client_secret_file:
+            return ClientSecretCredential(
+                settings.tenant_id,
+                settings.client_id,
+                settings.client_secret,
+                **_authority_kwargs(settings, ClientSecretCredential),
+            )
+        if not settings.client_secret_file:
+            raise AuthError(
+                "sp_client_secret_file = '': expected the path of a 0600 file holding the client secret "
+                "(or sp_certificate_file)"
+            )
+        raw = read_secret_file(settings.client_secret_file, "sp_client_secret_file")
+        try:
+            secret = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise AuthError(f"sp_client_secret_file = {settings.client_secret_file!r}: expected UTF-8 text") from None
+        if not secret or "\n" in secret:
+            raise AuthError(
+                f"sp_client_secret_file = {settings.client_secret_file!r}: expected exactly one line, the secret"
+            )
+        return ClientSecretCredential(
+            settings.tenant_id,
+            settings.client_id,
+            secret,
+            **_authority_kwargs(settings, ClientSecretCredential),
+        )
+
+    if settings.method == "azure-cli":
+        # Uses `az account get-access-token`, i.e. root's own ~/.azure (AZURE_CONFIG_DIR):
+        # never a user's, whose CLI extensions would then run as root (upstream #144).
+        return AzureCliCredential(tenant_id=settings.tenant_id or "")
+
+    kwargs = {}
+    if settings.managed_identity_client_id:
+        kwargs["client_id"] = settings.managed_identity_client_id
+    return ManagedIdentityCredential(**kwargs)
+
+
+# ---- errors ---------------------------------------------------------------------------
+
+_AADSTS = re.compile(r"AADSTS(\d+)")
+
+
+def auth_error_from(err, action):
+    """AuthError for a ClientAuthenticationError (Entra ID refused us, or ARM's 401)."""
+    text = getattr(err, "message", None) or str(err)
+    if isinstance(err, CredentialUnavailableError):
+        if "az login" in text:
+            return AuthError(
+                f"{action}: the Azure CLI has no logged-in account for this user",
+                remedy="run `az login` as root once, in a terminal, or use auth_method = service-principal",
+            )
+        if "not found on path" in text:
+            return AuthError(
+                f"{action}: auth_method = azure-cli, but the Azure CLI (az) is not installed",
+                remedy="install azure-cli, or use auth_method = service-principal",
+            )
+        return AuthError(f"{action}: no credential available: {text}")
+    match = _AADSTS.search(text)
+    if match:
+        hint = AADSTS_HINTS.get(match.group(1), "check tenant_id, sp_client_id and the credential")
+        # From "AADSTS<code>: ..." to the end of that line: the rest is trace IDs.
+        detail = text[match.start():].splitlines()[0]
+        return AuthError(f"{action}: Entra ID refused the credential: {detail[:300]}", remedy=hint)
+    return AuthError(
+        f"{action}: authentication failed: {text.strip().splitlines()[0][:300] if text.strip() else type(err).__name__}",
+        remedy="check tenant_id, the authority of the configured cloud and the credential",
+    )
+
+
+def arm_code(err):
+    """The ARM error code of an HttpResponseError ("AuthorizationFailed"), if any."""
+    error = getattr(err, "error", None)
+    code = getattr(error, "code", None)
+    if code:
+        return str(code)
+    response = getattr(err, "response", None)
+    try:
+        return str(response.json()["error"]["code"])
+    except Exception:  # any shape at all: this is best effort
+        return None
+
+
+def arm_message(err):
+    error = getattr(err, "error", None)
+    message = getattr(error, "message", None)
+    if message:
+        return str(message)
+    text = getattr(err, "message", None) or str(err)
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
+def _connection_failure(err):
+    """The ServiceRequestError/ServiceResponseError behind `err`, if any: azure-identity
+    reports "cannot connect to the authority" as a ClientAuthenticationError caused by one."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (ServiceRequestError, ServiceResponseError)):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def translate(err, action):
+    """Our error for an exception out of the Azure SDK, or None if it is not one of theirs."""
+    if isinstance(err, FlexNodeError):
+        return err
+    unreachable = _connection_failure(err)
+    if unreachable is not None and not isinstance(err, CredentialUnavailableError):
+        text = str(unreachable).strip()
+        return TemporaryError(
+            f"{action}: cannot reach Azure: {text.splitlines()[0][:300] if text else type(unreachable).__name__}",
+            remedy="check the network, DNS, the CA bundle and https_proxy/no_proxy; then run the command again",
+        )
+    if isinstance(err, ClientAuthenticationError):
+        return auth_error_from(err, action)
+    if isinstance(err, HttpResponseError):
+        status = getattr(err, "status_code", None)
+        code = arm_code(err)
+        message = arm_message(err)
+        if status == 403:
+            return AuthError(
+                f"{action}: permission denied ({code or 403}): {message}",
+                remedy="grant the operator identity the role this needs (docs/roles.md)",
+            )
+        if status in (408, 429) or (status or 0) >= 500:
+            return TemporaryError(f"{action}: Azure answered {status} ({code}): {message}")
+        return FlexNodeError(f"{action}: Azure answered {status} ({code}): {message}")
+    return None
+
+
+@contextlib.contextmanager
+def azure_errors(action):
+    """Run a block of SDK calls; turn their failures into AuthError/TemporaryError/FlexNodeError."""
+    try:
+        yield
+    except (ClientAuthenticationError, ServiceRequestError, ServiceResponseError, HttpResponseError) as err:
+        raise translate(err, action) from err
+
+
+def arm_token(cred, scope):
+    """An access token string for `scope` (e.g. for `azcmagent connect`). Never log it."""
+    with azure_errors("getting an access token for " + scope):
+        return cred.get_token(scope).token

@@ -1,0 +1,128 @@
+"""Azure management clients, built once per (service, subscription) and shared.
+
+Every client talks to the configured cloud's ARM endpoint (`base_url`), asks for tokens
+for that cloud's ARM scope, trusts the configured CA bundle, and retries the way we want:
+a throttled call waits as long as ARM's Retry-After says, a dead endpoint fails in
+about half a minute instead of azure-core's default ten retries (azure-wire.md §5.2).
+"""
+
+import threading
+import urllib.parse
+import urllib.request
+
+from azure.core.pipeline.policies import RetryPolicy
+
+# Connection failures: 3 attempts of at most CONNECTION_TIMEOUT s, waiting 0 s then
+# BACKOFF_FACTOR s between them (azure-core's backoff is 0 for the first retry, then
+# factor * 2^(n-1), azure-wire.md §5.2): about 3 * 8 + 1 = 25 s for a black hole,
+# well under a second for "connection refused".
+RETRY_TOTAL = 5
+RETRY_CONNECT = 2
+RETRY_READ = 2
+RETRY_STATUS = 4  # 429/5xx; with Retry-After, any status >= 400 (honoured as sent)
+BACKOFF_FACTOR = 1.0
+BACKOFF_MAX = 16
+CONNECTION_TIMEOUT = 8
+READ_TIMEOUT = 60
+# Upper bound for one call including every retry and Retry-After wait.
+CALL_TIMEOUT = 300
+# LRO polling when the service sends no usable Retry-After: azure-core falls back to the
+# client's polling_interval (default 30 s) even for "Retry-After: 0" (azure-wire.md key
+# finding 7), which would make a machine DELETE take half a minute for nothing.
+POLLING_INTERVAL = 2
+
+
+def proxies_for(url, https_proxy=None, no_proxy=None):
+    """The `proxies` mapping for calls to `url`: {"https": proxy} unless no_proxy covers
+    the host (or there is no proxy). None means "the environment decides"."""
+    if not https_proxy:
+        return None
+    host = urllib.parse.urlsplit(url or "").hostname or ""
+    if isinstance(no_proxy, (list, tuple)):
+        no_proxy = ",".join(no_proxy)
+    if no_proxy and urllib.request.proxy_bypass_environment(host, proxies={"no": no_proxy}):
+        return {}
+    return {"https": https_proxy}
+
+
+class Clients:
+    """Lazily built, thread-safe SDK clients for one cloud and one credential.
+
+    `endpoints` has `.arm`, `.arm_scope` and `.ca_bundle` (config.CloudEndpoints); the
+    Config object itself is accepted too (its `.endpoints`, `.https_proxy`, `.no_proxy`).
+    """
+
+    def __init__(self, endpoints, credential, proxies=None, *, polling_interval=POLLING_INTERVAL,
+                 retry_total=RETRY_TOTAL, backoff_factor=BACKOFF_FACTOR, call_timeout=CALL_TIMEOUT):
+        if hasattr(endpoints, "endpoints"):  # the Config
+            cfg = endpoints
+            endpoints = cfg.endpoints
+            if proxies is None:
+                proxies = proxies_for(endpoints.arm, getattr(cfg, "https_proxy", None), getattr(cfg, "no_proxy", None))
+        self.endpoints = endpoints
+        self.credential = credential
+        self.proxies = proxies
+        self.polling_interval = polling_interval
+        self._retry = dict(
+            retry_total=retry_total,
+            retry_connect=RETRY_CONNECT,
+            retry_read=RETRY_READ,
+            retry_status=RETRY_STATUS,
+            retry_backoff_factor=backoff_factor,
+            retry_backoff_max=BACKOFF_MAX,
+            timeout=call_timeout,
+        )
+        self._lock = threading.Lock()
+        self._clients = {}
+
+    def _options(self):
+        options = dict(
+            base_url=self.endpoints.arm,
+            credential_scopes=[self.endpoints.arm_scope],
+            connection_verify=self.endpoints.ca_bundle or True,
+            connection_timeout=CONNECTION_TIMEOUT,
+            read_timeout=READ_TIMEOUT,
+            retry_policy=RetryPolicy(**self._retry),
+            polling_interval=self.polling_interval,
+        )
+        if self.proxies is not None:
+            options["proxies"] = self.proxies
+        return options
+
+    def _get(self, kind, subscription_id, factory):
+        if not subscription_id:
+            raise ValueError(f"subscription_id = {subscription_id!r}: expected a subscription GUID")
+        key = (kind, subscription_id.lower())
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = factory(self.credential, subscription_id, **self._options())
+                self._clients[key] = client
+            return client
+
+    def hybridcompute(self, subscription_id):
+        from azure.mgmt.hybridcompute import HybridComputeManagementClient
+
+        return self._get("hybridcompute", subscription_id, HybridComputeManagementClient)
+
+    def authorization(self, subscription_id):
+        from azure.mgmt.authorization import AuthorizationManagementClient
+
+        return self._get("authorization", subscription_id, AuthorizationManagementClient)
+
+    def containerservice(self, subscription_id):
+        from azure.mgmt.containerservice import ContainerServiceClient
+
+        return self._get("containerservice", subscription_id, ContainerServiceClient)
+
+    def close(self):
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,276 @@
+"""A token from the Azure Arc HIMDS (Hybrid Instance Metadata Service), stdlib only.
+
+This runs on every kubelet token refresh (through `aks-flex-node token`), so it imports
+nothing heavy. The protocol (azure-wire.md §3.2):
+
+1. GET {endpoint}?api-version=...&resource=... with `Metadata: true` -> 401 with
+   `WWW-Authenticate: Basic realm=<path of a .key file>`;
+2. read that file (only if it is a regular file of at most 4096 bytes directly inside
+   the agent's key directory, `/var/opt/azcmagent/tokens` on Linux);
+3. the same GET again with `Authorization: Basic <raw file contents>` -> 200 with IMDS JSON.
+
+We implement it ourselves instead of using azure-identity/MSAL because MSAL hard-codes
+the key directory (azure-wire.md key finding 3) and imports far too much for a plugin
+that kubelet runs every hour.
+"""
+
+import ipaddress
+import json
+import os
+import stat
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+from aks_flex_node.errors import FlexNodeError, TemporaryError
+
+DEFAULT_ENDPOINT = "http://localhost:40342/metadata/identity/oauth2/token"  # azure-wire.md §3.1
+DEFAULT_KEY_DIR = "/var/opt/azcmagent/tokens"  # azure-wire.md §3.2
+# MSAL 1.39 sends 2020-06-01; the Learn bash sample and msal-node send 2019-11-01
+# (azure-wire.md §3.2): HIMDS accepts both.
+API_VERSION = "2020-06-01"
+# The AKS AAD server application: the audience of tokens the apiserver accepts
+# (azure-wire.md §3.5, "the same in all environments").
+AKS_RESOURCE = "6dae42f8-4368-4678-94ff-3960e28e3630"
+MAX_KEY_BYTES = 4096  # azure-wire.md §3.2: MSAL and the legacy azure-identity check
+KEY_SUFFIX = ".key"
+
+
+class HimdsError(FlexNodeError):
+    """HIMDS answered, but not with a token we can use."""
+
+    code = "himds"
+
+
+class HimdsUnavailable(TemporaryError, HimdsError):
+    """Nothing answers at the HIMDS endpoint: try again once the agent runs (exit 75)."""
+
+    code = "himds_unavailable"
+
+
+@dataclass(frozen=True)
+class Token:
+    access_token: str
+    expires_on: int  # seconds since the epoch
+
+    def __repr__(self):
+        # The token must never end up in a log through a stray repr().
+        return f"Token(access_token=<{len(self.access_token)} chars>, expires_on={self.expires_on})"
+
+    __str__ = __repr__
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuse redirects: the second request carries the key, it must not go elsewhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise HimdsError(
+            f"HIMDS at {req.full_url.split('?')[0]} redirected to {newurl.split('?')[0]}",
+            remedy="check himds_endpoint in the configuration: it must name the local HIMDS",
+        )
+
+
+def _is_loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _opener(url):
+    handlers = [_NoRedirect()]
+    if _is_loopback(urllib.parse.urlsplit(url).hostname or ""):
+        # HIMDS is local: an HTTP(S)_PROXY from the environment must not capture it,
+        # whatever no_proxy says.
+        handlers.append(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener(*handlers)
+
+
+def token_url(endpoint, resource, api_version=API_VERSION, client_id=None):
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HimdsError(
+            f"himds_endpoint = {endpoint!r}: expected an http:// URL such as {DEFAULT_ENDPOINT}"
+        )
+    query = urllib.parse.parse_qsl(parts.query)
+    query += [("api-version", api_version), ("resource", resource)]
+    if client_id:
+        query.append(("client_id", client_id))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+def _request(opener, url, headers, timeout):
+    """Return (status, headers, body) for any HTTP answer; raise for no answer at all."""
+    request = urllib.request.Request(url, headers=headers, method="GET")
+    where = url.split("?")[0]
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.headers, err.read()
+    except urllib.error.URLError as err:
+        raise HimdsUnavailable(
+            f"cannot reach HIMDS at {where}: {err.reason}",
+            remedy="is the Azure Connected Machine agent (himdsd) running? "
+            "Check `systemctl status himdsd` and `azcmagent show`",
+        ) from None
+    except (TimeoutError, ConnectionError) as err:
+        raise HimdsUnavailable(
+            f"HIMDS at {where} did not answer: {err}",
+            remedy="is the Azure Connected Machine agent (himdsd) running? "
+            "Check `systemctl status himdsd` and `azcmagent show`",
+        ) from None
+
+
+def _realm_path(www_authenticate):
+    """`Basic realm=/var/opt/azcmagent/tokens/<id>.key` -> the path (azure-wire.md §3.2)."""
+    scheme_and_realm, sep, value = (www_authenticate or "").partition("=")
+    if not sep or scheme_and_realm.strip().lower() != "basic realm":
+        raise HimdsError(
+            f"HIMDS challenge header WWW-Authenticate = {www_authenticate!r}: "
+            "expected 'Basic realm=<path of a .key file>'"
+        )
+    return value.strip().strip('"')
+
+
+def _under_root(path, root):
+    """Node path -> path on this machine (unchanged when it already lies below root)."""
+    if not root or os.path.abspath(root) == "/":
+        return path
+    root = os.path.abspath(root)
+    if path == root or path.startswith(root + os.sep):
+        return path
+    return os.path.join(root, path.lstrip("/"))
+
+
+def resolve_key_dir(key_dir, root=None):
+    """The agent key directory on this machine: the node path under `root` when it
+    exists there (or when neither exists, for the error message), else as given (a test
+    HIMDS keeping its keys outside the root)."""
+    joined = _under_root(key_dir, root)
+    if joined == key_dir or os.path.isdir(joined) or not os.path.isdir(key_dir):
+        return joined
+    return key_dir
+
+
+def read_challenge_key(realm, key_dir, root=None):
+    """Read the key HIMDS points at, refusing anything but a small file in key_dir.
+
+    The realm comes from whatever answered on the HIMDS port; without these checks a
+    rogue local listener could make us (root) send it the contents of any file.
+    `key_dir` and the realm are node paths: with `root` they are looked up below it.
+    """
+    real_dir = os.path.realpath(resolve_key_dir(key_dir, root))
+    # The realm as named, or below the root: whichever really is in the key directory.
+    candidates = [os.path.realpath(p) for p in dict.fromkeys((realm, _under_root(realm, root)))]
+    inside = [p for p in candidates if os.path.dirname(p) == real_dir]
+    if not inside:
+        raise HimdsError(
+            f"HIMDS challenge key {realm!r} resolves to {candidates[-1]!r}: "
+            f"expected a file directly inside the agent key directory {real_dir!r}"
+        )
+    real = inside[0]
+    if not real.endswith(KEY_SUFFIX):
+        raise HimdsError(f"HIMDS challenge key {realm!r}: expected a file name ending in {KEY_SUFFIX!r}")
+    try:
+        # O_NOFOLLOW on the resolved path: a symlink swapped in after realpath() fails here.
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise HimdsError(
+            f"cannot read HIMDS challenge key {real!r}: {err.strerror}",
+            remedy="run as root or as a member of the himds group",
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise HimdsError(f"HIMDS challenge key {real!r}: expected a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > MAX_KEY_BYTES:
+            raise HimdsError(
+                f"HIMDS challenge key {real!r} is {info.st_size} bytes: expected at most {MAX_KEY_BYTES}"
+            )
+        data = handle.read(MAX_KEY_BYTES + 1)
+    if len(data) > MAX_KEY_BYTES:
+        raise HimdsError(f"HIMDS challenge key {real!r}: expected at most {MAX_KEY_BYTES} bytes")
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise HimdsError(f"HIMDS challenge key {real!r}: expected ASCII text") from None
+
+
+def _error_detail(body):
+    """The error text of an IMDS error body, without echoing anything unexpected at length."""
+    try:
+        payload = json.loads(body)
+        detail = payload.get("error_description") or payload.get("error") or ""
+        return str(detail)[:300]
+    except (ValueError, AttributeError):
+        return body[:200].decode("utf-8", "replace")
+
+
+def parse_token(body, now=None):
+    """IMDS JSON -> Token. IMDS sends numbers as strings (azure-wire.md §3.2)."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        raise HimdsError("HIMDS answered 200 with a body that is not JSON") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str) or not payload["access_token"]:
+        raise HimdsError("HIMDS answered 200 without an access_token")
+    now = int(time.time()) if now is None else now
+    try:
+        if payload.get("expires_on") not in (None, ""):
+            expires_on = int(float(payload["expires_on"]))
+        elif payload.get("expires_in") not in (None, ""):
+            expires_on = now + int(float(payload["expires_in"]))
+        else:
+            raise HimdsError("HIMDS answered 200 without expires_on or expires_in")
+    except (TypeError, ValueError):
+        raise HimdsError(
+            f"HIMDS token expiry expires_on = {payload.get('expires_on')!r}, "
+            f"expires_in = {payload.get('expires_in')!r}: expected whole seconds"
+        ) from None
+    return Token(payload["access_token"], expires_on)
+
+
+def get_token(
+    endpoint=DEFAULT_ENDPOINT,
+    resource=AKS_RESOURCE,
+    key_dir=DEFAULT_KEY_DIR,
+    timeout=10,
+    *,
+    api_version=API_VERSION,
+    client_id=None,
+    root=None,
+):
+    """A token for `resource` from the local HIMDS.
+
+    `key_dir` is the directory the challenge key must be in (a node path, like the realm
+    HIMDS names; with `root`, both are looked up below the root).
+    """
+    url = token_url(endpoint, resource, api_version, client_id)
+    where = url.split("?")[0]
+    opener = _opener(url)
+
+    status, headers, body = _request(opener, url, {"Metadata": "true"}, timeout)
+    if status != 401:
+        raise HimdsError(
+            f"HIMDS at {where} answered {status} to the first request: expected 401 with a "
+            f"Basic realm challenge ({_error_detail(body)})",
+            remedy="check that himds_endpoint names the Azure Arc HIMDS, not an Azure VM's IMDS",
+        )
+    key = read_challenge_key(_realm_path(headers.get("WWW-Authenticate")), key_dir, root=root)
+
+    status, _headers, body = _request(
+        opener, url, {"Metadata": "true", "Authorization": f"Basic {key}"}, timeout
+    )
+    if status != 200:
+        raise HimdsError(
+            f"HIMDS at {where} refused the token request with {status}: {_error_detail(body)}",
+            remedy="check `azcmagent show`: the machine must be Connected",
+        )
+    return parse_token(body)

@@ -1,0 +1,403 @@
+"""The `aks-flex-node` command: argument parsing, output, and the one error handler.
+
+Kept light at import time: `token` (run by the kubelet on every credential refresh) and
+`version` must not pay for the Azure SDK, so commands import what they need when they run.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from aks_flex_node import __version__
+from aks_flex_node.errors import ExitCode, FlexNodeError, TemporaryError, UsageError
+
+log = logging.getLogger("aks_flex_node")
+ROOT_ENV = "AKS_FLEX_NODE_ROOT"
+CONFIG_ENV = "AKS_FLEX_NODE_CONFIG"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # exit 2 through our handler, with the usage line
+        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+
+def _common(parser):
+    parser.add_argument("--root", default=argparse.SUPPRESS,
+                        help="act on the filesystem below DIR instead of / (tests, image building)")
+    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
+                        help="configuration file (INI, or the upstream agent's config.json); "
+                        "default /etc/aks-flex-node/aks-flex-node.conf")
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output")
+    parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more log output (-vv for debug)")
+
+
+def build_parser():
+    from aks_flex_node.steps.workflow import PHASE_NAMES
+
+    common = _Parser(add_help=False)
+    _common(common)
+    parser = _Parser(prog="aks-flex-node", parents=[common],
+                     description="Join this machine to an AKS cluster through Azure Arc, "
+                     "and take it out again.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("bootstrap", parents=[common], help="join this node to the cluster")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    p.add_argument("--sequential", action="store_true",
+                   help="run the phases one at a time, in the upstream agent's order")
+    p.add_argument("--phase", action="append", default=[], choices=PHASE_NAMES, metavar="PHASE",
+                   help=f"run only this phase (repeatable): {', '.join(PHASE_NAMES)}")
+    p.add_argument("--skip-phase", action="append", default=[], choices=PHASE_NAMES,
+                   metavar="PHASE", help="skip this phase (repeatable)")
+    p.add_argument("--ignore-preflight-errors", default="", metavar="CHECKS",
+                   help="comma-separated preflight checks whose errors become warnings, or `all`")
+    p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
+                   help="wait this long for another run to finish")
+
+    p = sub.add_parser("unbootstrap", parents=[common],
+                       help="take this node out of the cluster and remove what bootstrap made")
+    p.add_argument("--keep-cloud-resources", action="store_true",
+                   help="clean up locally only; keep the Arc machine, role assignments and Node")
+    p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS")
+
+    p = sub.add_parser("status", parents=[common], help="what the last run did")
+    p.add_argument("--wait", action="store_true",
+                   help="wait until the running bootstrap is over; exit with its exit code")
+    p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS")
+
+    p = sub.add_parser("preflight", parents=[common], help="check the machine before a join")
+    p.add_argument("--ignore-preflight-errors", default="", metavar="CHECKS")
+
+    sub.add_parser("token", parents=[common],
+                   help="print an ExecCredential for the kubelet (its exec plugin)")
+
+    p = sub.add_parser("agent", parents=[common],
+                       help="the service: finish a pending join, then watch and converge")
+    p.add_argument("--interval", type=float, default=60.0, metavar="SECONDS")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+
+    p = sub.add_parser("config", parents=[common], help="show, check or import the configuration")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", parser_class=_Parser)
+    csub.required = True
+    csub.add_parser("show", parents=[common], help="the effective configuration, secrets redacted")
+    csub.add_parser("validate", parents=[common], help="check the configuration")
+    ip = csub.add_parser("import", parents=[common],
+                         help="convert the upstream agent's config.json into our INI file")
+    ip.add_argument("source", metavar="CONFIG_JSON")
+    ip.add_argument("--output", default=None, metavar="PATH",
+                    help="where to write (default: the configuration path)")
+    ip.add_argument("--secret-file", default="/etc/aks-flex-node/sp-client-secret",
+                    metavar="PATH", help="where the service principal secret goes (0600)")
+
+    sub.add_parser("version", parents=[common], help="print the version")
+    return parser
+
+
+def _setup_logging(verbosity):
+    level = logging.WARNING - 10 * verbosity
+    handler = logging.StreamHandler(sys.stderr)
+    # journald adds its own timestamps (JOURNAL_STREAM is set for a unit's stderr).
+    fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else \
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(level, logging.DEBUG))
+    # The SDKs log every HTTP request at INFO: only show them with -vv.
+    logging.getLogger("azure").setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
+    logging.getLogger("msal").setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
+
+
+def _root(args):
+    return getattr(args, "root", None) or os.environ.get(ROOT_ENV) or "/"
+
+
+def _config_path(args):
+    return getattr(args, "config", None) or os.environ.get(CONFIG_ENV)
+
+
+def load_config(args):
+    from aks_flex_node import config
+
+    path, root = _config_path(args), _root(args)
+    if path and path.endswith(".json"):
+        return config.load_upstream_json(path, root=root)
+    return config.load(path, root=root)
+
+
+def _make_host(args):
+    from aks_flex_node.host import Host
+
+    return Host(_root(args))
+
+
+def _print_json(doc):
+    json.dump(doc, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+class PhasePrinter:
+    """One line per phase as it ends: `[ 3/16] arc  changed  2.1s  connect to Azure Arc ...`."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+
+    def __call__(self, event, result, index, total):
+        if event == "start":
+            if self.tty:
+                self.stream.write(f"[{index:2d}/{total}] {result.name:<18} ...\r")
+                self.stream.flush()
+            return
+        name = result.name if hasattr(result, "name") else result["name"]
+        status = result.status if hasattr(result, "status") else result["status"]
+        duration = result.duration if hasattr(result, "duration") else result.get("duration_s")
+        message = result.message if hasattr(result, "message") else result.get("message", "")
+        changes = getattr(result, "changes", None)
+        if changes:
+            message = "; ".join(c["what"] for c in changes)
+        took = f"{duration:6.1f}s" if duration is not None else "       "
+        line = f"[{index:2d}/{total}] {name:<18} {status:<10} {took}  {message}"
+        self.stream.write(("\x1b[2K" if self.tty else "") + line.rstrip() + "\n")
+        self.stream.flush()
+
+
+def cmd_bootstrap(args):
+    from aks_flex_node import operations, preflight
+
+    ignored = preflight.parse_ignored(args.ignore_preflight_errors)
+    cfg = load_config(args)
+    host = _make_host(args)
+    json_out = getattr(args, "json", False)
+    result, summary = operations.bootstrap(
+        cfg, host, dry_run=args.dry_run, sequential=args.sequential, only=args.phase,
+        skip=args.skip_phase, ignore_preflight_errors=ignored, lock_wait=args.wait_lock,
+        progress=None if json_out else PhasePrinter())
+    if json_out:
+        _print_json(summary)
+    elif args.dry_run:
+        _print_plan(result)
+    if result.error is not None:
+        error = result.error
+        if not isinstance(error, FlexNodeError):
+            error = FlexNodeError(f"{type(error).__name__}: {error}")
+        if not json_out:  # with --json the summary above already holds the error
+            _report_error(error, json_out=False)
+        return int(error.exit_code)
+    if not json_out and not args.dry_run:
+        print(f"bootstrap complete in {summary['duration_s']:.1f}s: node {cfg.machine_name} "
+              f"joined {cfg.cluster.name}" if any(p["status"] == "changed" for p in summary["phases"])
+              else f"bootstrap: nothing to change ({summary['duration_s']:.1f}s)")
+    return int(ExitCode.OK)
+
+
+def _print_plan(result):
+    print("\nplan (dry run, nothing was changed):")
+    for phase in result.phases:
+        if phase.status == "planned":
+            print(f"  {phase.name}:")
+            for change in phase.changes:
+                print(f"    - {change['what']}  ({change['why']})")
+        elif phase.status == "unchanged":
+            print(f"  {phase.name}: no change ({phase.message})")
+
+
+def cmd_unbootstrap(args):
+    from aks_flex_node import operations
+
+    cfg = load_config(args)
+    host = _make_host(args)
+    json_out = getattr(args, "json", False)
+    leftovers, summary = operations.unbootstrap(
+        cfg, host, keep_cloud_resources=args.keep_cloud_resources, lock_wait=args.wait_lock,
+        progress=None if json_out else PhasePrinter())
+    if json_out:
+        _print_json(summary)
+    else:
+        for item in summary["kept"]:
+            print(f"kept: {item}")
+        if leftovers:
+            print("unbootstrap finished with leftovers to clean up by hand:", file=sys.stderr)
+            for item in leftovers:
+                print(f"  - {item}", file=sys.stderr)
+        else:
+            print(f"unbootstrap complete: node {cfg.machine_name} removed")
+    return summary["exit_code"]
+
+
+def cmd_status(args):
+    import time
+
+    from aks_flex_node.engine.status import StatusFile
+
+    status_file = StatusFile(_make_host(args))
+    if args.wait:
+        deadline = time.monotonic() + args.timeout
+        while not status_file.is_complete():
+            if time.monotonic() >= deadline:
+                raise TemporaryError(f"no run completed within {args.timeout:.0f} s")
+            time.sleep(0.5)
+    status = status_file.read()
+    if status is None:
+        status = {"state": "unjoined", "message": "no bootstrap has run on this node"}
+    if getattr(args, "json", False):
+        _print_json(status)
+    else:
+        print(f"state: {status.get('state')}" + (f" ({status['operation']})" if status.get("operation") else ""))
+        for key in ("cluster_resource_id", "machine_name", "started", "finished", "duration_s"):
+            if status.get(key) is not None:
+                print(f"{key}: {status[key]}")
+        for phase in status.get("phases", []):
+            print(f"  {phase['name']:<18} {phase['status']:<10} {phase.get('message', '')}")
+        if status.get("error"):
+            print(f"error: {status['error'].get('message')}")
+        for item in status.get("leftovers", []):
+            print(f"leftover: {item}")
+    if args.wait:
+        return int(status.get("exit_code", 0))
+    return int(ExitCode.OK)
+
+
+def cmd_preflight(args):
+    from aks_flex_node import preflight
+    from aks_flex_node.engine.context import Context
+    from aks_flex_node.engine.ledger import Ledger
+
+    ignored = preflight.parse_ignored(args.ignore_preflight_errors)
+    cfg = load_config(args)
+    host = _make_host(args)
+    ctx = Context(cfg, host, Ledger(host))
+    results = preflight.run_checks(ctx, ignored)
+    failed = [r for r in results if r.status == "error"]
+    if getattr(args, "json", False):
+        _print_json({"checks": [r.to_dict() for r in results], "ok": not failed})
+    else:
+        for r in results:
+            line = f"[{r.status.upper():>7}] {r.name}"
+            if r.message:
+                line += f": {r.message}"
+            print(line)
+            if r.remedy and r.status != "pass":
+                print(f"          -> {r.remedy}")
+    return int(ExitCode.PREFLIGHT if failed else ExitCode.OK)
+
+
+def cmd_agent(args):
+    from aks_flex_node import agent
+
+    return agent.run(lambda: load_config(args), _make_host(args), interval=args.interval,
+                     once=args.once)
+
+
+def cmd_config(args):
+    from aks_flex_node import config
+
+    if args.config_command == "import":
+        from aks_flex_node import upstream_config
+
+        root = _root(args)
+        output = args.output or _config_path(args) or config.DEFAULT_PATH
+        with open(args.source, "rb") as f:
+            try:
+                source = json.load(f)
+            except ValueError as exc:
+                raise UsageError(f"{args.source}: not valid JSON ({exc})")
+        values, secrets, warnings = upstream_config.convert(source)
+        from aks_flex_node.host import Host
+
+        host = Host(root)
+        if secrets.get("sp_client_secret"):
+            host.write_file(args.secret_file, secrets["sp_client_secret"].encode() + b"\n", 0o600)
+            values["sp_client_secret_file"] = args.secret_file
+        config.write(output, values, root=root)
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        config.load(output, root=root)  # what we wrote must load: fail now, not at bootstrap
+        print(f"wrote {output}" + (f" and {args.secret_file} (0600)" if secrets.get("sp_client_secret") else ""))
+        return int(ExitCode.OK)
+    cfg = load_config(args)
+    if args.config_command == "validate":
+        print(f"{cfg.source}: valid")
+        return int(ExitCode.OK)
+    effective = cfg.as_dict(redact=True)
+    if getattr(args, "json", False):
+        _print_json(effective)
+    else:
+        for key, value in effective.items():
+            if isinstance(value, dict):
+                print(f"[{key}]")
+                for k, v in value.items():
+                    print(f"{k} = {_ini_value(v)}")
+                print()
+            else:
+                print(f"{key} = {_ini_value(value)}")
+    return int(ExitCode.OK)
+
+
+def _ini_value(value):
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def cmd_version(args):
+    if getattr(args, "json", False):
+        _print_json({"version": __version__})
+    else:
+        print(f"aks-flex-node {__version__}")
+    return int(ExitCode.OK)
+
+
+COMMANDS = {
+    "bootstrap": cmd_bootstrap, "unbootstrap": cmd_unbootstrap, "status": cmd_status,
+    "preflight": cmd_preflight, "agent": cmd_agent, "config": cmd_config, "version": cmd_version,
+}
+
+
+def _report_error(error, json_out):
+    if json_out:
+        _print_json(error.to_dict())
+        return
+    print(f"error: {error.message}", file=sys.stderr)
+    if error.remedy:
+        print(f"  what to do: {error.remedy}", file=sys.stderr)
+
+
+def _is_token_call(argv):
+    """`token` is the kubelet's exec plugin: route it before anything heavy is imported."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg == "token"
+    return False
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _is_token_call(argv):
+        from aks_flex_node import token
+
+        rest = list(argv)
+        rest.remove("token")
+        return token.main(rest, os.environ)
+    json_out = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        _setup_logging(getattr(args, "verbose", 0) or 0)
+        return COMMANDS[args.command](args)
+    except FlexNodeError as error:
+        log.debug("failed", exc_info=True)
+        _report_error(error, json_out)
+        return int(error.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # a bug: say so plainly, keep the trace for -vv
+        log.debug("internal error", exc_info=True)
+        print(f"internal error: {type(error).__name__}: {error} (run with -vv for the trace)",
+              file=sys.stderr)
+        return int(ExitCode.FAILED)

@@ -1,0 +1,199 @@
+"""The runner: computes the run set, then walks the steps.
+
+Independent branches (identity, install, credentials) run at once on a thread pool; a step
+starts when every step it needs has finished. `sequential` runs one step at a time in the
+declared order (the upstream agent's behaviour, kept for comparison). `dry_run` only checks:
+each selected step reports what it would change and why, nothing is applied. A step that is
+filtered out by --phase/--skip-phase but is needed by a selected one still has its read-only
+`check` run, so the facts it gathers (the machine's identity, the cluster's server) are there.
+"""
+
+import concurrent.futures
+import dataclasses
+import logging
+import time
+import traceback
+from typing import List, Optional
+
+from aks_flex_node.errors import FlexNodeError, UsageError
+
+log = logging.getLogger(__name__)
+
+# Phase outcomes.
+CHANGED = "changed"
+UNCHANGED = "unchanged"
+PLANNED = "planned"  # dry-run: changes would be made
+FAILED = "failed"
+SKIPPED = "skipped"  # filtered out by --phase / --skip-phase
+BLOCKED = "blocked"  # not run because a step it needs failed
+FACTS = "facts-only"  # filtered out, but its read-only check ran for a step that needs it
+
+
+@dataclasses.dataclass
+class PhaseResult:
+    name: str
+    branch: str
+    status: str
+    started: Optional[float] = None
+    finished: Optional[float] = None
+    changes: List[dict] = dataclasses.field(default_factory=list)
+    message: str = ""
+    error: Optional[BaseException] = dataclasses.field(default=None, repr=False)
+
+    @property
+    def duration(self):
+        if self.started is None or self.finished is None:
+            return None
+        return self.finished - self.started
+
+    def to_dict(self):
+        out = {"name": self.name, "branch": self.branch, "status": self.status,
+               "changes": self.changes, "message": self.message}
+        if self.duration is not None:
+            out["duration_s"] = round(self.duration, 3)
+        return out
+
+
+@dataclasses.dataclass
+class RunResult:
+    phases: List[PhaseResult]
+    started: float
+    finished: float
+
+    @property
+    def failed(self):
+        return [p for p in self.phases if p.status == FAILED]
+
+    @property
+    def ok(self):
+        return not self.failed
+
+    @property
+    def error(self):
+        return self.failed[0].error if self.failed else None
+
+    @property
+    def changed(self):
+        return any(p.status in (CHANGED, PLANNED) for p in self.phases)
+
+
+def select(steps, only=(), skip=()):
+    """The names to run, in declared order; unknown names are a usage error."""
+    known = [s.name for s in steps]
+    unknown = [n for n in list(only) + list(skip) if n not in known]
+    if unknown:
+        raise UsageError(
+            f"unknown phase(s): {', '.join(unknown)}; expected one of: {', '.join(known)}")
+    chosen = [n for n in known if (not only or n in only) and n not in skip]
+    return chosen
+
+
+class Runner:
+    def __init__(self, steps, ctx, *, sequential=False, dry_run=False, only=(), skip=(),
+                 progress=None, max_workers=6):
+        self.steps = list(steps)
+        self.by_name = {s.name: s for s in self.steps}
+        for step in self.steps:
+            for dep in step.needs:
+                if dep not in self.by_name:
+                    raise ValueError(f"step {step.name} needs unknown step {dep}")
+        self.ctx = ctx
+        self.sequential = sequential
+        self.dry_run = dry_run
+        self.selected = select(self.steps, only, skip)
+        self.progress = progress or (lambda event, result, index, total: None)
+        self.max_workers = 1 if sequential else max_workers
+
+    def _schedule(self):
+        """Selected steps plus the unselected ones they need (for facts), in declared order."""
+        wanted = set(self.selected)
+        stack = list(self.selected)
+        while stack:
+            for dep in self.by_name[stack.pop()].needs:
+                if not self.by_name[dep].gathers_facts and dep not in self.selected:
+                    continue  # a gate such as preflight: filtered out means passed
+                if dep not in wanted:
+                    wanted.add(dep)
+                    stack.append(dep)
+        return [s for s in self.steps if s.name in wanted]
+
+    def run(self) -> RunResult:
+        started = time.time()
+        schedule = self._schedule()
+        results = {s.name: PhaseResult(s.name, s.branch, SKIPPED,
+                                       message="skipped (not selected)") for s in self.steps}
+        total = len(self.selected)
+        counter = {"n": 0}
+        pending = [s for s in schedule]
+        running = {}
+        failed = False
+
+        scheduled = {s.name for s in schedule}
+
+        def finished_ok(name):
+            return name not in scheduled or results[name].status in (
+                CHANGED, UNCHANGED, PLANNED, FACTS)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+            while pending or running:
+                if not failed:
+                    for step in list(pending):
+                        if self.sequential and running:
+                            break
+                        if all(finished_ok(d) for d in step.needs):
+                            pending.remove(step)
+                            facts_only = step.name not in self.selected
+                            if not facts_only:
+                                counter["n"] += 1
+                            index = counter["n"]
+                            results[step.name].started = time.time()
+                            if not facts_only:
+                                self.progress("start", results[step.name], index, total)
+                            fut = pool.submit(self._run_step, step, facts_only)
+                            running[fut] = (step, facts_only, index)
+                        elif self.sequential:
+                            break
+                if not running:
+                    break
+                done, _ = concurrent.futures.wait(
+                    running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for fut in done:
+                    step, facts_only, index = running.pop(fut)
+                    result = results[step.name]
+                    status, changes, message, error = fut.result()
+                    result.status, result.changes, result.message, result.error = (
+                        status, changes, message, error)
+                    result.finished = time.time()
+                    if status == FAILED:
+                        failed = True
+                    if not facts_only:
+                        self.progress("finish", result, index, total)
+        for step in pending:
+            results[step.name].status = BLOCKED
+            blockers = [d for d in step.needs if results[d].status in (FAILED, BLOCKED)]
+            results[step.name].message = (
+                f"not run: {', '.join(blockers)} failed" if blockers else "not run: the run failed")
+        return RunResult([results[s.name] for s in self.steps], started, time.time())
+
+    def _run_step(self, step, facts_only):
+        try:
+            plan = step.check(self.ctx)
+            if facts_only:
+                return FACTS, [], "skipped (not selected); its facts were read", None
+            if not plan.actions:
+                return UNCHANGED, [], plan.noop_reason or "nothing to do", None
+            if self.dry_run:
+                return PLANNED, [a.to_dict() for a in plan.actions], "would change", None
+            done = []
+            for action in plan.actions:
+                log.info("%s: %s (%s)", step.name, action.what, action.why)
+                if action.run is not None:
+                    action.run()
+                done.append(action.to_dict())
+            return CHANGED, done, f"{len(done)} change(s)", None
+        except FlexNodeError as exc:
+            log.debug("step %s failed", step.name, exc_info=True)
+            return FAILED, [], exc.message, exc
+        except Exception as exc:  # a bug or an unexpected library error: keep the trace in the log
+            log.error("step %s failed unexpectedly:\n%s", step.name, traceback.format_exc())
+            return FAILED, [], f"{type(exc).__name__}: {exc}", exc

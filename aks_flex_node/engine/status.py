@@ -1,0 +1,62 @@
+"""status.json: what the last run did, for operators and for `status --wait`.
+
+Modelled on aks-node-controller's contract (seeds/004): the run writes its outcome to a JSON
+file and touches a `provision.complete` marker when it is over, so a waiter polls the marker
+and then reads the outcome. The file holds no secret, so it is world-readable (0644).
+"""
+
+import datetime
+import json
+import time
+
+from aks_flex_node import __version__
+
+STATUS_PATH = "/var/lib/aks-flex-node/status.json"
+COMPLETE_MARKER = "/var/lib/aks-flex-node/provision.complete"
+SCHEMA = 1
+
+# Overall states.
+PENDING = "pending"  # a join is wanted but has not succeeded yet (the agent retries it)
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+UNJOINED = "unjoined"
+
+
+def now_iso(ts=None):
+    ts = time.time() if ts is None else ts
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StatusFile:
+    def __init__(self, host):
+        self._host = host
+
+    def read(self):
+        raw = self._host.read_bytes(STATUS_PATH)
+        if not raw:
+            return None
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except ValueError:
+            return None
+
+    def write(self, status):
+        status = dict(status, schema=SCHEMA, version=__version__, updated=now_iso())
+        self._host.ensure_dir("/var/lib/aks-flex-node", 0o700)
+        body = json.dumps(status, indent=2, sort_keys=True).encode() + b"\n"
+        self._host.write_file(STATUS_PATH, body, 0o644)
+
+    def update(self, **fields):
+        status = self.read() or {}
+        status.update(fields)
+        self.write(status)
+
+    def begin(self):
+        self._host.remove(COMPLETE_MARKER)
+
+    def complete(self):
+        self._host.write_file(COMPLETE_MARKER, now_iso().encode() + b"\n", 0o644)
+
+    def is_complete(self):
+        return self._host.read_bytes(COMPLETE_MARKER) is not None

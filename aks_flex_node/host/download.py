@@ -1,0 +1,329 @@
+"""Downloads into a cache, verified by sha256 (stdlib urllib only).
+
+The upstream agent downloads without any checksum (upstream-go-agent.md §3, "no checksum
+or signature verification"); here every artifact is fetched against a known sha256 and
+kept as `<cache_dir>/<sha256>-<basename>`, so a file whose hash is known is fetched at
+most once and a re-run with a warm cache needs no network at all.
+"""
+
+import hashlib
+import http.client
+import logging
+import os
+import re
+import ssl
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from aks_flex_node import __version__
+from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.host import fs
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = f"aks-flex-node/{__version__}"
+CHUNK = 1 << 20
+# A release artifact (the kubernetes node tarball is ~100 MiB) never comes near this;
+# it bounds what a misbehaving server can make us write.
+MAX_DOWNLOAD_BYTES = 2 << 30
+MAX_CHECKSUM_BYTES = 1 << 20
+# Bounded retries for transient failures: 3 attempts, waiting 1 s then 2 s.
+ATTEMPTS = 3
+BACKOFF = 1.0
+MAX_BACKOFF = 10.0
+# Statuses worth another try: server errors, request timeout, throttling (RFC 9110 §15).
+TRANSIENT_STATUS = {408, 429}
+
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+# sha256sum output: "<hex>  <name>" (text mode) or "<hex> *<name>" (binary mode).
+_GNU_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
+# BSD / `sha256sum --tag` output: "SHA256 (<name>) = <hex>".
+_BSD_LINE = re.compile(r"SHA256 \((.+)\) = ([0-9a-fA-F]{64})")
+
+# One lock per cache file, so threads fetching the same artifact download it once.
+_locks_guard = threading.Lock()
+_locks = {}
+
+
+def _lock_for(path):
+    with _locks_guard:
+        return _locks.setdefault(os.fspath(path), threading.Lock())
+
+
+class DownloadError(FlexNodeError):
+    """A download failed for a reason that another try will not fix."""
+
+    code = "download"
+
+
+class ChecksumMismatch(DownloadError):
+    code = "checksum-mismatch"
+
+
+class DownloadUnavailable(TemporaryError):
+    """The server could not be reached or kept failing: try again later."""
+
+    code = "download-unavailable"
+
+
+class _Transient(Exception):
+    """One attempt failed in a way that may pass; carries the reason for the last error."""
+
+
+def check_sha256(value, field="sha256"):
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise ValueError(f"{field} = {value!r}: expected 64 hexadecimal characters")
+    return value.lower()
+
+
+def check_url(url, field="url"):
+    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{field} = {url!r}: expected an http:// or https:// URL")
+    return url
+
+
+def _cache_basename(url):
+    name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+    name = re.sub(r"[^A-Za-z0-9._+-]", "_", name).lstrip(".")
+    return name[:128] or "download"
+
+
+def parse_checksums(text, filename, source):
+    """The sha256 for `filename` in a checksum file's text.
+
+    Accepts sha256sum lines (`<hex>  <name>`, `<hex> *<name>`), BSD lines
+    (`SHA256 (<name>) = <hex>`) and a bare hex digest. Picks the entry whose name's
+    basename is `filename`; failing that, the only entry there is.
+    """
+    entries = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        gnu, bsd = _GNU_LINE.fullmatch(line), _BSD_LINE.fullmatch(line)
+        if gnu:
+            entries.append((gnu.group(1).lower(), gnu.group(2).strip()))
+        elif bsd:
+            entries.append((bsd.group(2).lower(), bsd.group(1).strip()))
+        elif _SHA256.fullmatch(line):
+            entries.append((line.lower(), None))
+        else:
+            raise DownloadError(
+                f"checksum file {source} line {number} is {raw[:80]!r}: expected "
+                "'<sha256>  <file name>', '<sha256> *<file name>' or a bare sha256"
+            )
+    if not entries:
+        raise DownloadError(f"checksum file {source} is empty: expected at least one sha256")
+    for digest, name in entries:
+        if name is not None and name.rsplit("/", 1)[-1] == filename:
+            return digest
+    if len(entries) == 1:
+        digest, name = entries[0]
+        if name is not None:
+            log.warning("checksum file %s names %s, not %s; using its only sha256",
+                        source, name, filename)
+        return digest
+    names = ", ".join(name or "<unnamed>" for _, name in entries)
+    raise DownloadError(f"checksum file {source} has no entry for {filename} (it lists {names})")
+
+
+class Downloader:
+    """Fetches URLs into `cache_dir` (a real path: the Host has added its root).
+
+    `ca_bundle` replaces the system trust for https (like the Azure SDK's connection
+    verify); `proxy` overrides https_proxy/http_proxy from `env`; no_proxy always applies.
+    """
+
+    def __init__(self, cache_dir, ca_bundle=None, proxy=None, timeout=60, env=None,
+                 attempts=ATTEMPTS, backoff=BACKOFF):
+        self.cache_dir = os.fspath(cache_dir)
+        self.ca_bundle = ca_bundle
+        self.proxy = proxy
+        self.timeout = timeout
+        self.env = dict(os.environ if env is None else env)
+        self.attempts = max(1, int(attempts))
+        self.backoff = backoff
+        if proxy is not None:
+            check_url(proxy, "proxy")
+        if ca_bundle is not None and not os.path.isfile(ca_bundle):
+            raise ValueError(f"ca_bundle = {ca_bundle!r}: expected a PEM file that exists")
+        try:
+            self._ssl = ssl.create_default_context(cafile=ca_bundle)
+        except (ssl.SSLError, OSError) as e:
+            raise ValueError(f"ca_bundle = {ca_bundle!r}: not a usable PEM bundle ({e})") from e
+
+    # ---- public -------------------------------------------------------------------
+
+    def cache_path(self, url, sha256):
+        return os.path.join(self.cache_dir, f"{check_sha256(sha256)}-{_cache_basename(url)}")
+
+    def fetch(self, url, sha256):
+        """Path of a verified local copy of `url`, downloading it only when the cache
+        does not already hold a file with this sha256."""
+        check_url(url)
+        sha256 = check_sha256(sha256)
+        final = self.cache_path(url, sha256)
+        with _lock_for(final):
+            if fs.file_sha256(final) == sha256:
+                log.debug("cache hit for %s: %s", url, final)
+                return Path(final)
+            if fs.exists(final):
+                log.warning("cached %s does not match its sha256; downloading it again", final)
+                fs.remove(final)
+            fs.make_parents(self.cache_dir)
+            self._with_retries(url, lambda: self._download_to(url, final, sha256))
+        return Path(final)
+
+    def checksum(self, checksum_url, filename):
+        """The sha256 that the checksum file at `checksum_url` gives for `filename`.
+
+        A copy is kept in the cache; when the server cannot be reached the cached copy
+        is used, so a re-run with a warm cache works offline.
+        """
+        check_url(checksum_url, "checksum_url")
+        key = hashlib.sha256(checksum_url.encode()).hexdigest()[:16]
+        cached = os.path.join(self.cache_dir, f"checksums-{key}-{_cache_basename(checksum_url)}")
+        try:
+            body = self._with_retries(checksum_url, lambda: self._read_small(checksum_url))
+        except DownloadUnavailable:
+            body = fs.read_bytes(cached)
+            if body is None:
+                raise
+            log.warning("%s unreachable; using the copy cached in %s", checksum_url, cached)
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DownloadError(
+                f"checksum file {checksum_url} is not text: expected sha256sum output"
+            ) from None
+        digest = parse_checksums(text, filename, checksum_url)
+        fs.write_file(cached, body, 0o644)
+        return digest
+
+    # ---- one attempt ----------------------------------------------------------------
+
+    def _with_retries(self, url, attempt):
+        last = None
+        for number in range(1, self.attempts + 1):
+            try:
+                return attempt()
+            except _Transient as e:
+                last = e
+                if number < self.attempts:
+                    delay = min(self.backoff * 2 ** (number - 1), MAX_BACKOFF)
+                    log.info("%s: %s; attempt %d of %d, retrying in %.1fs",
+                             url, e, number, self.attempts, delay)
+                    time.sleep(delay)
+        raise DownloadUnavailable(
+            f"cannot download {url}: {last} (after {self.attempts} attempts)",
+            remedy="check the network (and https_proxy/no_proxy), then run again",
+        )
+
+    def _proxies_for(self, url):
+        """The ProxyHandler mapping for `url`: {} means a direct connection."""
+        # Upper case first so that the lower-case spelling (curl's and wget's) wins.
+        env = {k.lower(): v for k, v in sorted(self.env.items())
+               if k.lower().endswith("_proxy") and v}
+        host = urllib.parse.urlsplit(url).hostname or ""
+        no_proxy = env.get("no_proxy")
+        if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):
+            return {}
+        if self.proxy:
+            return {"http": self.proxy, "https": self.proxy}
+        return {scheme: env[f"{scheme}_proxy"] for scheme in ("http", "https")
+                if f"{scheme}_proxy" in env}
+
+    def _open(self, url):
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler(self._proxies_for(url)),
+            urllib.request.HTTPSHandler(context=self._ssl),
+        )
+        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        try:
+            return opener.open(request, timeout=self.timeout)
+        except urllib.error.HTTPError as e:
+            e.close()
+            if e.code >= 500 or e.code in TRANSIENT_STATUS:
+                raise _Transient(f"HTTP {e.code} {e.reason}") from e
+            raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}") from e
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLCertVerificationError):
+                raise DownloadError(
+                    f"cannot download {url}: TLS certificate not trusted "
+                    f"({e.reason.verify_message})",
+                    remedy="check ca_bundle, or the proxy's certificate",
+                ) from e
+            raise _Transient(str(e.reason)) from e
+        except (OSError, http.client.HTTPException) as e:
+            raise _Transient(str(e) or type(e).__name__) from e
+
+    def _read_small(self, url):
+        with self._open(url) as response:
+            try:
+                body = response.read(MAX_CHECKSUM_BYTES + 1)
+            except (OSError, http.client.HTTPException) as e:
+                raise _Transient(str(e) or type(e).__name__) from e
+        if len(body) > MAX_CHECKSUM_BYTES:
+            raise DownloadError(f"checksum file {url} is larger than {MAX_CHECKSUM_BYTES} bytes")
+        return body
+
+    def _download_to(self, url, final, sha256):
+        started = time.monotonic()
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=self.cache_dir)
+        except OSError as e:
+            raise DownloadError(f"cannot save {url} in {self.cache_dir}: {e.strerror or e}") from e
+        try:
+            with os.fdopen(fd, "wb") as out, self._open(url) as response:
+                while True:
+                    try:
+                        chunk = response.read(CHUNK)
+                    except (OSError, http.client.HTTPException) as e:
+                        # The connection dropped mid-body (IncompleteRead, reset, timeout).
+                        reason = str(e) or type(e).__name__
+                        raise _Transient(f"interrupted after {size} bytes: {reason}") from e
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > MAX_DOWNLOAD_BYTES:
+                        raise DownloadError(
+                            f"cannot download {url}: larger than {MAX_DOWNLOAD_BYTES} bytes"
+                        )
+                    digest.update(chunk)
+                    try:
+                        out.write(chunk)
+                    except OSError as e:
+                        raise DownloadError(
+                            f"cannot save {url} in {self.cache_dir}: {e.strerror or e}"
+                        ) from e
+                # http.client does not raise IncompleteRead for a body cut short when it is
+                # read in chunks (see HTTPResponse.read(amt)): compare with Content-Length.
+                expected_size = response.headers.get("Content-Length")
+                if expected_size and expected_size.isdigit() and size < int(expected_size):
+                    raise _Transient(f"connection closed after {size} of {expected_size} bytes")
+                actual = digest.hexdigest()
+                if actual != sha256:
+                    raise ChecksumMismatch(
+                        f"sha256 mismatch for {url}: expected {sha256}, got {actual} "
+                        f"({size} bytes); the download was deleted",
+                        remedy="check that the version, architecture and checksum belong together",
+                    )
+                os.fchmod(out.fileno(), 0o644)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        log.info("downloaded %s: %d bytes in %.1fs", url, size, time.monotonic() - started)

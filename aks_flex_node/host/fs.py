@@ -1,0 +1,230 @@
+"""Files on the node: compare first, then change only what differs, atomically.
+
+These functions take real paths (the Host has already added its root). The writer follows
+ubuntu-pro-client's system.write_file: a temp file in the same directory (created 0600 with
+O_EXCL, so a secret is never readable by others even for an instant), mode and owner set
+before the rename, the file and its directory fsynced, the temp file removed on failure.
+Content, mode and owner are compared each on its own, as pyinfra's files.put does, so a
+mode drift is repaired with a chmod and the content is left alone.
+"""
+
+import hashlib
+import logging
+import os
+import shutil
+import stat
+import tempfile
+
+from aks_flex_node.errors import FlexNodeError
+
+log = logging.getLogger(__name__)
+
+DIR_MODE = 0o755
+_CHUNK = 1 << 20
+
+
+class HostFileError(FlexNodeError):
+    """A file operation on the node failed; the message names the path and the reason."""
+
+    code = "host-file"
+
+
+def _fail(action, path, err):
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    return HostFileError(f"cannot {action} {path}: {reason}")
+
+
+def check_mode(mode):
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+        raise ValueError(f"mode = {mode!r}: expected permission bits as an int, e.g. 0o644")
+    return mode
+
+
+def _lstat(path):
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def file_sha256(path):
+    """Hex sha256 of a file's content, read in chunks; None when it does not exist."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                digest.update(chunk)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise _fail("read", path, e) from e
+    return digest.hexdigest()
+
+
+def exists(path):
+    """True when something (even a dangling symlink) is at path."""
+    return _lstat(path) is not None
+
+
+def read_bytes(path):
+    """The file's content, or None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise _fail("read", path, e) from e
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_parents(directory):
+    """Create `directory` and its missing ancestors, each exactly 0755 whatever the umask;
+    returns the directories created, outermost first."""
+    missing = []
+    current = os.fspath(directory)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    created = []
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise HostFileError(f"cannot create directory {d}: a file is in the way")
+            continue  # another thread made it meanwhile
+        except OSError as e:
+            raise _fail("create directory", d, e) from e
+        os.chmod(d, DIR_MODE)
+        created.append(d)
+    if created:
+        log.debug("created directories %s", ", ".join(created))
+    return created
+
+
+def _replace_atomically(path, content, mode, owner):
+    path = os.fspath(path)
+    directory = os.path.dirname(path)
+    make_parents(directory)
+    # Keep the temp name short enough for NAME_MAX whatever the target's name is.
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:64] + ".", suffix=".tmp",
+                               dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            if owner is not None:
+                os.fchown(f.fileno(), *owner)  # before fchmod: chown clears set-id bits
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            raise _fail("write", path, e) from e
+        raise
+    _fsync_dir(directory)
+
+
+def write_file(path, content, mode=0o644, owner=None):
+    """Make `path` hold `content` with `mode` (and `owner`, a (uid, gid) pair, when given).
+
+    Returns what changed: "created", "content", "mode", "owner", "mode+owner", or None when
+    the file was already right. Without `owner`, an existing file keeps its owner.
+    A symlink at `path` is replaced by a regular file (the link is never written through).
+    """
+    if not isinstance(content, (bytes, bytearray, memoryview)):
+        raise TypeError(f"content for {path} is a {type(content).__name__}: expected bytes")
+    content = bytes(content)
+    check_mode(mode)
+    if owner is not None:
+        owner = (int(owner[0]), int(owner[1]))
+
+    st = _lstat(path)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise HostFileError(f"cannot write {path}: it is a directory, expected a file")
+
+    if st is not None and stat.S_ISREG(st.st_mode):
+        if file_sha256(path) == hashlib.sha256(content).hexdigest():
+            changed = []
+            try:
+                if owner is not None and (st.st_uid, st.st_gid) != owner:
+                    os.chown(path, *owner)
+                    changed.append("owner")
+                # Compare the mode after a chown, which may have cleared set-id bits.
+                if stat.S_IMODE(os.lstat(path).st_mode) != mode:
+                    os.chmod(path, mode)
+                    changed.insert(0, "mode")
+            except OSError as e:
+                raise _fail("change mode or owner of", path, e) from e
+            return "+".join(changed) or None
+        if owner is None:
+            owner = (st.st_uid, st.st_gid)
+
+    _replace_atomically(path, content, mode, owner)
+    return "created" if st is None else "content"
+
+
+def ensure_dir(path, mode=DIR_MODE):
+    """Make `path` a directory with exactly `mode`: "created", "mode" or None.
+
+    A symlink to a directory is accepted as it is (its target's mode is not ours to change).
+    """
+    check_mode(mode)
+    st = _lstat(path)
+    if st is None:
+        make_parents(os.path.dirname(os.fspath(path)))
+        try:
+            os.mkdir(path, mode)
+        except FileExistsError:
+            return ensure_dir(path, mode)  # made meanwhile by someone else
+        except OSError as e:
+            raise _fail("create directory", path, e) from e
+        os.chmod(path, mode)  # mkdir's mode is masked by the umask
+        return "created"
+    if stat.S_ISLNK(st.st_mode) and os.path.isdir(path):
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        raise HostFileError(f"cannot create directory {path}: a file is in the way")
+    if stat.S_IMODE(st.st_mode) != mode:
+        try:
+            os.chmod(path, mode)
+        except OSError as e:
+            raise _fail("change mode of", path, e) from e
+        return "mode"
+    return None
+
+
+def remove(path):
+    """Remove a file, a symlink (never what it points to) or a directory tree.
+
+    Returns False when nothing was there. Directory trees are removed without following
+    symlinks inside them (shutil.rmtree works on file descriptors on Linux).
+    """
+    st = _lstat(path)
+    if st is None:
+        return False
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise _fail("remove", path, e) from e
+    return True

@@ -1,0 +1,209 @@
+"""The Host: the one gateway from aks_flex_node to the machine.
+
+A Host has a root. With root "/" it is the live machine. With any other root it is an
+image being prepared (or a test's temp dir): files are read and written under the root,
+and commands that act on the live system (systemctl, sysctl, modprobe, swapoff) are
+skipped, or run from the stand-in directory named by AKS_FLEX_NODE_HOST_BIN in tests.
+Callers always speak in node paths ("/etc/kubernetes/..."); the Host adds the root.
+"""
+
+import logging
+import os
+import posixpath
+from pathlib import Path, PurePosixPath
+
+from aks_flex_node.host import archive, fs
+from aks_flex_node.host.download import Downloader
+from aks_flex_node.host.kernel import Kernel
+from aks_flex_node.host.run import SkippedRun, check_argv, display, resolve_executable, run_command
+from aks_flex_node.host.systemd import Systemd
+
+log = logging.getLogger(__name__)
+
+# Names a directory of stand-in executables for live-system commands under a root prefix.
+HOST_BIN_ENV = "AKS_FLEX_NODE_HOST_BIN"
+# Given to stand-ins so they know which root the run is for.
+ROOT_ENV = "AKS_FLEX_NODE_ROOT"
+
+
+class Host:
+    def __init__(self, root="/", env=None):
+        self.root = Path(os.path.abspath(os.fspath(root)))
+        # The environment commands inherit (and where proxies and stand-ins are looked up).
+        self.env = dict(os.environ if env is None else env)
+        self.systemd = Systemd(self)
+        self.kernel = Kernel(self)
+
+    def __repr__(self):
+        return f"Host(root={str(self.root)!r})"
+
+    @property
+    def is_live(self):
+        """True when this Host is the running machine itself (root "/")."""
+        return self.root == Path("/")
+
+    # ---- paths ---------------------------------------------------------------------
+
+    def path(self, p):
+        """The real path of node path `p` (absolute, no '..'): root + p."""
+        if not isinstance(p, (str, PurePosixPath)):
+            raise TypeError(f"path = {p!r}: expected an absolute node path as a string")
+        text = str(p)
+        if not text.startswith("/"):
+            raise ValueError(f"path = {text!r}: expected an absolute path such as /etc/...")
+        if ".." in text.split("/"):
+            raise ValueError(f"path = {text!r}: '..' is not allowed (it could leave the root)")
+        if "\0" in text:
+            raise ValueError(f"path = {text!r}: contains a NUL byte")
+        relative = str(PurePosixPath(text)).lstrip("/")
+        return self.root / relative if relative else self.root
+
+    def _writable(self, p):
+        """path(p), refusing a node path that a symlink in its parents leads outside
+        the root (e.g. an image's absolute /var/run -> /run would write on the build host)."""
+        real = self.path(p)
+        if self.is_live:
+            return real
+        parent = os.path.realpath(real.parent)
+        root = os.path.realpath(self.root)
+        if parent != root and not parent.startswith(root.rstrip("/") + "/"):
+            raise fs.HostFileError(
+                f"refusing to change {p} under {self.root}: a symlink in its parents leads "
+                f"outside the root (to {parent})"
+            )
+        return real
+
+    # ---- files ---------------------------------------------------------------------
+
+    def write_file(self, path, content, mode=0o644, owner=None):
+        """Atomically make `path` hold `content` with `mode` (see fs.write_file).
+
+        `owner` is (uid, gid), "user:group" or "user"; names are looked up in the root's
+        /etc/passwd and /etc/group. Returns "created", "content", "mode", "owner",
+        "mode+owner" or None.
+        """
+        target = self._writable(path)
+        change = fs.write_file(target, content, mode, self._owner_ids(owner))
+        if change:
+            log.debug("%s %s (mode %o)", change, path, mode)
+        return change
+
+    def ensure_dir(self, path, mode=0o755):
+        return fs.ensure_dir(self._writable(path), mode)
+
+    def remove(self, path):
+        """Remove a file, symlink or tree; False when it was already gone."""
+        if self.path(path) == self.root:
+            raise ValueError(f"path = {path!r}: refusing to remove the root")
+        return fs.remove(self._writable(path))
+
+    def read_bytes(self, path):
+        return fs.read_bytes(self.path(path))
+
+    def read_text(self, path):
+        data = self.read_bytes(path)
+        return None if data is None else data.decode("utf-8")
+
+    def exists(self, path):
+        return fs.exists(self.path(path))
+
+    def is_dir(self, path):
+        return os.path.isdir(self.path(path))
+
+    def sha256(self, path):
+        """Hex sha256 of the file's content; None when it does not exist."""
+        return fs.file_sha256(self.path(path))
+
+    def _owner_ids(self, owner):
+        if owner is None:
+            return None
+        if isinstance(owner, tuple) and len(owner) == 2 \
+                and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in owner):
+            return owner
+        if isinstance(owner, str) and owner:
+            user, _, group = owner.partition(":")
+            uid, primary_gid = self._lookup_user(user, owner)
+            gid = self._lookup_group(group, owner) if group else primary_gid
+            return uid, gid
+        raise ValueError(f"owner = {owner!r}: expected (uid, gid), 'user:group' or 'user'")
+
+    def _account_entries(self, name):
+        text = self.read_text(f"/etc/{name}") or ""
+        return [line.split(":") for line in text.splitlines() if line and not line.startswith("#")]
+
+    def _lookup_user(self, user, owner):
+        for fields in self._account_entries("passwd"):
+            if len(fields) >= 4 and fields[0] == user:
+                return int(fields[2]), int(fields[3])
+        raise ValueError(f"owner = {owner!r}: no user {user!r} in {self.path('/etc/passwd')}")
+
+    def _lookup_group(self, group, owner):
+        for fields in self._account_entries("group"):
+            if len(fields) >= 3 and fields[0] == group:
+                return int(fields[2])
+        raise ValueError(f"owner = {owner!r}: no group {group!r} in {self.path('/etc/group')}")
+
+    # ---- commands ------------------------------------------------------------------
+
+    def run(self, argv, timeout=60, ok_codes=(0,), secrets=(), input=None, env=None):
+        """Run a command (argv list) and return RunResult(returncode, stdout, stderr).
+
+        `env` adds to (or overrides) the Host's environment. Raises CommandNotFound,
+        CommandTimeout (a TemporaryError) or CommandError; see run.run_command.
+        """
+        full_env = dict(self.env)
+        if env:
+            full_env.update(env)
+        return run_command(argv, env=full_env, timeout=timeout, ok_codes=ok_codes,
+                           secrets=secrets, input=input)
+
+    def run_system(self, argv, **kw):
+        """Run a command that acts on the live system (systemctl, sysctl, modprobe, swapoff).
+
+        Under a root prefix it runs only when AKS_FLEX_NODE_HOST_BIN names a directory
+        (argv[0] is then looked up there first); otherwise it is skipped, logged, and
+        answered with a SkippedRun(0, "", "").
+        """
+        if self.is_live:
+            return self.run(argv, **kw)
+        argv = check_argv(argv)
+        bin_dir = self.env.get(HOST_BIN_ENV)
+        if bin_dir and os.path.isdir(bin_dir):
+            stand_in = os.path.join(bin_dir, posixpath.basename(argv[0]))
+            if os.path.isfile(stand_in) and os.access(stand_in, os.X_OK):
+                argv = [stand_in] + argv[1:]
+            env = dict(kw.pop("env", None) or {})
+            env.setdefault(ROOT_ENV, str(self.root))
+            return self.run(argv, env=env, **kw)
+        if bin_dir:
+            log.warning("%s=%s is not a directory; not running live-system commands",
+                        HOST_BIN_ENV, bin_dir)
+        log.info("skipped (root prefix %s): %s", self.root, display(argv, kw.get("secrets", ())))
+        return SkippedRun(0, "", "")
+
+    def which(self, command):
+        """The executable `command` resolves to (under a root prefix, a stand-in from
+        AKS_FLEX_NODE_HOST_BIN first), or None."""
+        bin_dir = self.env.get(HOST_BIN_ENV)
+        if not self.is_live and bin_dir and os.path.isdir(bin_dir):
+            found = resolve_executable(os.path.join(bin_dir, posixpath.basename(command)), None)
+            if found:
+                return found
+        return resolve_executable(command, self.env.get("PATH", os.defpath))
+
+    # ---- downloads and archives --------------------------------------------------------
+
+    def downloader(self, cache_dir, ca_bundle=None, proxy=None, timeout=60):
+        """A Downloader caching under node path `cache_dir`.
+
+        `ca_bundle` is a path as this process sees it (not under the root): it is the
+        trust of this process's own connections.
+        """
+        return Downloader(self.path(cache_dir), ca_bundle=ca_bundle, proxy=proxy,
+                          timeout=timeout, env=self.env)
+
+    def extract_members(self, archive_path, members, dest_dir, mode=0o755):
+        """Install files out of a tar archive (a real path, e.g. from Downloader.fetch)
+        into node directory `dest_dir`; see archive.install_members."""
+        self.path(dest_dir)  # validate before reading the archive
+        return archive.install_members(self, archive_path, members, dest_dir, mode)

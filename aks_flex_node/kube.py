@@ -1,0 +1,194 @@
+"""The few kube-apiserver calls we make, with the node's own token; stdlib only.
+
+We only ever touch our own Node object: read it (is it registered, is it Ready?) and
+delete it on unbootstrap. A full Kubernetes client would be hundreds of times the code
+for two verbs on one resource.
+
+A 403 is its own error type: right after the role assignments are made, the apiserver
+answers 403 until Azure RBAC has propagated (azure-wire.md §5.4), and callers poll on it.
+"""
+
+import ipaddress
+import json
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+
+
+class KubeError(FlexNodeError):
+    code = "kube"
+
+
+class Unauthorized(AuthError):
+    """401: the apiserver did not accept the token at all."""
+
+    code = "kube_unauthorized"
+
+
+class Forbidden(AuthError):
+    """403: the token is valid but its identity may not do this (yet)."""
+
+    code = "kube_forbidden"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: it would carry our bearer token to another URL."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def _is_loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _node_summary(node):
+    """What an operator needs to see about a node that is not Ready yet."""
+    if node is None:
+        return "no Node object"
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = [c for c in conditions if c.get("type") == "Ready"]
+    if not ready:
+        return "Node registered, no Ready condition yet"
+    cond = ready[0]
+    reason = f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""
+    return f"Node Ready={cond.get('status')}{reason}"
+
+
+class KubeClient:
+    def __init__(self, server, ca_pem, token_provider, timeout=15, proxy=None):
+        """`server` is the apiserver URL, `ca_pem` the cluster CA (PEM bytes),
+        `token_provider()` returns a bearer token (called per request, so a refreshed
+        token is picked up), `proxy` an https proxy URL or None for the environment's."""
+        parts = urllib.parse.urlsplit(server or "")
+        if parts.scheme != "https" or not parts.hostname:
+            raise KubeError(f"apiserver server = {server!r}: expected an https:// URL")
+        self.server = server.rstrip("/")
+        self.timeout = timeout
+        self._token_provider = token_provider
+        try:
+            context = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+        except (ssl.SSLError, ValueError, UnicodeDecodeError, AttributeError) as err:
+            raise KubeError(f"apiserver certificate-authority-data: expected PEM certificates ({err})") from None
+        handlers = [urllib.request.HTTPSHandler(context=context), _NoRedirect()]
+        if proxy:
+            handlers.append(urllib.request.ProxyHandler({"https": proxy}))
+        elif _is_loopback(parts.hostname):
+            handlers.append(urllib.request.ProxyHandler({}))
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def _call(self, method, path):
+        """Return (status, parsed JSON or None); raise typed errors for 401/403/no answer."""
+        url = self.server + path
+        request = urllib.request.Request(
+            url,
+            method=method,
+            headers={"Authorization": f"Bearer {self._token_provider()}", "Accept": "application/json"},
+        )
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                status, body = response.status, response.read()
+        except urllib.error.HTTPError as err:
+            with err:
+                status, body = err.code, err.read()
+        except (urllib.error.URLError, OSError, socket.timeout) as err:
+            reason = getattr(err, "reason", err)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                # Not worth retrying: the CA we were given does not vouch for this server.
+                raise KubeError(
+                    f"apiserver {self.server} presented a certificate the cluster CA does not verify: "
+                    f"{reason.verify_message}",
+                    remedy="the CA comes from listClusterUserCredential; check https_proxy (a TLS-intercepting "
+                    "proxy) and that server and CA belong to the same cluster",
+                ) from None
+            raise TemporaryError(
+                f"cannot reach the apiserver at {self.server}: {reason}",
+                remedy="check the network path (and https_proxy/no_proxy) from this machine to the cluster",
+            ) from None
+        try:
+            payload = json.loads(body) if body else None
+        except ValueError:
+            payload = None
+        message = payload.get("message") if isinstance(payload, dict) else None
+        if status == 401:
+            raise Unauthorized(
+                f"apiserver {self.server} refused the node's token for {method} {path} (401): {message or ''}".rstrip(": "),
+                remedy="the token was not accepted: check that the Arc machine identity exists and HIMDS issues tokens",
+            )
+        if status == 403:
+            raise Forbidden(
+                f"apiserver {self.server} forbids {method} {path} (403): {message or ''}".rstrip(": "),
+                remedy="the node identity lacks Kubernetes permissions; right after the role "
+                "assignments this lasts until Azure RBAC propagates (up to 10 minutes)",
+            )
+        if status >= 500 or status == 429:
+            raise TemporaryError(f"apiserver {self.server} answered {status} to {method} {path}: {message or ''}")
+        return status, payload
+
+    @staticmethod
+    def _node_path(name):
+        if not name or "/" in name:
+            raise KubeError(f"node name = {name!r}: expected a Kubernetes node name")
+        return "/api/v1/nodes/" + urllib.parse.quote(name, safe="")
+
+    def get_node(self, name):
+        status, payload = self._call("GET", self._node_path(name))
+        if status == 404:
+            return None
+        if status != 200 or not isinstance(payload, dict):
+            raise KubeError(f"GET node {name!r}: unexpected answer {status}")
+        return payload
+
+    def node_ready(self, name):
+        """True/False from the Ready condition; None when the Node does not exist."""
+        node = self.get_node(name)
+        if node is None:
+            return None
+        for cond in (node.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Ready":
+                return cond.get("status") == "True"
+        return False
+
+    def delete_node(self, name):
+        """True when deleted, False when it was not there."""
+        status, _payload = self._call("DELETE", self._node_path(name))
+        if status == 404:
+            return False
+        if status not in (200, 202):
+            raise KubeError(f"DELETE node {name!r}: unexpected answer {status}")
+        return True
+
+    def wait_node_ready(self, name, timeout=300, interval=2, clock=time.monotonic, sleep=time.sleep):
+        """Poll until the Node is Ready; return it. 401/403/absent count as "not yet"
+        (the token or RBAC may still be propagating); give up after `timeout` seconds
+        with a TemporaryError saying what was last seen."""
+        deadline = clock() + timeout
+        last_seen = "nothing yet"
+        while True:
+            try:
+                node = self.get_node(name)
+                if node is not None and any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (node.get("status") or {}).get("conditions") or []
+                ):
+                    return node
+                last_seen = _node_summary(node)
+            except (Unauthorized, Forbidden, TemporaryError) as err:
+                last_seen = err.message
+            remaining = deadline - clock()
+            if remaining <= 0:
+                raise TemporaryError(
+                    f"node {name!r} not Ready after {timeout:g}s; last seen: {last_seen}",
+                    remedy="check `journalctl -u kubelet` on this machine and `aks-flex-node status`",
+                )
+            sleep(min(interval, remaining))

@@ -1,0 +1,129 @@
+"""Bootstrap and unbootstrap as operations: lock, ledger, runner, status. The CLI, the
+agent and the Debian maintainer scripts all come through here."""
+
+import logging
+import time
+
+from aks_flex_node.engine import status as st
+from aks_flex_node.engine.context import Context
+from aks_flex_node.engine.ledger import STATE_DIR, Ledger
+from aks_flex_node.engine.lock import RunLock
+from aks_flex_node.engine.runner import Runner
+from aks_flex_node.errors import ExitCode, FlexNodeError
+
+log = logging.getLogger(__name__)
+TOKEN_CACHE = STATE_DIR + "/token-cache.json"
+RUN_DIR = "/run/aks-flex-node"  # private scratch space (azcmagent's 0600 config files)
+# A join is wanted but has not succeeded yet: the Debian postinst sets it when a join fails
+# in the background mode, and the agent service keeps trying until a full bootstrap succeeds.
+PENDING_MARKER = STATE_DIR + "/join-pending"
+
+
+def exit_code_of(error):
+    if error is None:
+        return ExitCode.OK
+    return getattr(error, "exit_code", ExitCode.FAILED)
+
+
+def _error_dict(error):
+    if error is None:
+        return None
+    if isinstance(error, FlexNodeError):
+        return error.to_dict()
+    return {"error": "internal", "message": f"{type(error).__name__}: {error}"}
+
+
+def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
+              ignore_preflight_errors=(), progress=None, lock_wait=0.0):
+    """Join this node. Returns (RunResult, status dict)."""
+    from aks_flex_node.steps.workflow import bootstrap_steps
+
+    with RunLock(host, "bootstrap", wait=lock_wait):
+        ledger = Ledger(host)
+        ctx = Context(cfg, host, ledger, options={
+            "ignore_preflight_errors": set(ignore_preflight_errors)})
+        status_file = st.StatusFile(host)
+        runner = Runner(bootstrap_steps(), ctx, sequential=sequential, dry_run=dry_run,
+                        only=only, skip=skip, progress=progress)
+        base = {
+            "operation": "bootstrap",
+            "cluster_resource_id": cfg.cluster.resource_id,
+            "machine_name": cfg.machine_name,
+            "mode": "sequential" if sequential else "concurrent",
+        }
+        if not dry_run:
+            status_file.begin()
+            status_file.write(dict(base, state=st.RUNNING, started=st.now_iso(), phases=[]))
+        result = runner.run()
+        phases = [p.to_dict() for p in result.phases if p.name in runner.selected]
+        code = exit_code_of(result.error)
+        summary = dict(
+            base, state=st.SUCCEEDED if result.ok else st.FAILED, started=st.now_iso(result.started),
+            finished=st.now_iso(result.finished),
+            duration_s=round(result.finished - result.started, 3), exit_code=int(code),
+            error=_error_dict(result.error), phases=phases, dry_run=dry_run)
+        if not dry_run:
+            if result.ok or ledger.entries():
+                ledger.set_joined(cluster_resource_id=cfg.cluster.resource_id,
+                                  machine_name=cfg.machine_name,
+                                  subscription_id=cfg.subscription_id,
+                                  arc_resource_group=cfg.arc_resource_group)
+            if result.ok and not only and not skip:
+                host.remove(PENDING_MARKER)
+            status_file.write(summary)
+            status_file.complete()
+        return result, summary
+
+
+def unbootstrap(cfg, host, *, keep_cloud_resources=False, progress=None, lock_wait=0.0):
+    """Reverse what the ledger says we did, best effort. Returns (leftovers, status dict):
+    leftovers are what could not be removed (each with why), for the operator to clean."""
+    from aks_flex_node.steps.workflow import bootstrap_steps
+
+    started = time.time()
+    with RunLock(host, "unbootstrap", wait=lock_wait):
+        ledger = Ledger(host)
+        ctx = Context(cfg, host, ledger)
+        status_file = st.StatusFile(host)
+        status_file.begin()
+        leftovers, kept, phases = [], [], []
+        steps = [s for s in reversed(bootstrap_steps()) if ledger.entries(step=s.name)]
+        for index, step in enumerate(steps, 1):
+            entries = ledger.entries(step=step.name)
+            t0 = time.time()
+            phase = {"name": step.name, "status": "removed", "message": ""}
+            if progress:
+                progress("start", step.name, index, len(steps))
+            if step.cloud and keep_cloud_resources:
+                kept += [f"{e['kind']} {e['id']}" for e in entries]
+                phase.update(status="kept", message=f"{len(entries)} cloud resource(s) kept")
+            else:
+                try:
+                    left = step.undo(ctx, entries)
+                except Exception as exc:  # report and go on: the rest must still be cleaned
+                    log.debug("undo of %s failed", step.name, exc_info=True)
+                    left = [f"{step.name}: {getattr(exc, 'message', None) or exc}"]
+                if left:
+                    phase.update(status="incomplete", message="; ".join(left))
+                leftovers += left
+            phase["duration_s"] = round(time.time() - t0, 3)
+            phases.append(phase)
+            if progress:
+                progress("finish", phase, index, len(steps))
+        host.remove(TOKEN_CACHE)
+        host.remove(cfg.cache_dir)
+        host.remove(RUN_DIR)
+        if not ledger.entries():
+            ledger.clear_joined()
+            ledger.remove_file()
+        state = st.UNJOINED if not leftovers else st.FAILED
+        summary = {
+            "operation": "unbootstrap", "state": state, "started": st.now_iso(started),
+            "finished": st.now_iso(), "duration_s": round(time.time() - started, 3),
+            "exit_code": int(ExitCode.OK if not leftovers else ExitCode.FAILED),
+            "phases": phases, "leftovers": leftovers, "kept": kept,
+            "cluster_resource_id": cfg.cluster.resource_id, "machine_name": cfg.machine_name,
+        }
+        status_file.write(summary)
+        status_file.complete()
+        return leftovers, summary

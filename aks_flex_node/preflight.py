@@ -1,0 +1,264 @@
+"""Preflight checks, kubeadm style: each says what it found and what to do about it.
+
+A check returns None (pass) or a Finding. Errors stop a bootstrap unless named in
+--ignore-preflight-errors (or `all`); warnings never do. Checks only read.
+"""
+
+import dataclasses
+import os
+import platform
+import shutil
+import socket
+import ssl
+import urllib.error
+import urllib.request
+
+from aks_flex_node.errors import PreflightError
+
+ERROR = "error"
+WARNING = "warning"
+MIN_FREE_BYTES = 2 * 1024**3  # binaries, images and logs of a small node
+SUPPORTED_OS = {"debian": 12, "ubuntu": 22}
+
+
+@dataclasses.dataclass
+class Finding:
+    severity: str
+    message: str
+    remedy: str = ""
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    status: str  # pass | warning | error | ignored | skipped
+    message: str = ""
+    remedy: str = ""
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _os_release(host):
+    raw = host.read_bytes("/etc/os-release") or host.read_bytes("/usr/lib/os-release")
+    info = {}
+    for line in (raw or b"").decode(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            info[key.strip()] = value.strip().strip('"')
+    return info
+
+
+def check_root(ctx):
+    if os.geteuid() != 0:
+        return Finding(ERROR, f"running as uid {os.geteuid()}, not root",
+                       "run it as root (sudo aks-flex-node ...)")
+
+
+def check_os(ctx):
+    info = _os_release(ctx.host)
+    family = info.get("ID", "")
+    if family not in SUPPORTED_OS and "debian" not in info.get("ID_LIKE", ""):
+        return Finding(ERROR, f"unsupported OS {info.get('PRETTY_NAME') or family or 'unknown'}",
+                       "use Debian 12 or newer, or Ubuntu 22.04 or newer")
+    try:
+        major = int(info.get("VERSION_ID", "0").split(".")[0])
+    except ValueError:
+        major = 0
+    if family in SUPPORTED_OS and major and major < SUPPORTED_OS[family]:
+        return Finding(WARNING, f"{info.get('PRETTY_NAME')} is older than we test",
+                       "use Debian 12 or newer, or Ubuntu 22.04 or newer")
+
+
+def check_arch(ctx):
+    from aks_flex_node.steps.artifacts import ARCHES
+
+    if platform.machine() not in ARCHES:
+        return Finding(ERROR, f"CPU architecture {platform.machine()} has no Kubernetes release",
+                       "use an x86_64 or aarch64 machine")
+
+
+def check_cgroups(ctx):
+    if not os.path.exists(ctx.host.path("/sys/fs/cgroup/cgroup.controllers")):
+        return Finding(ERROR, "the unified cgroup hierarchy (cgroup v2) is not mounted",
+                       "boot with systemd.unified_cgroup_hierarchy=1 (the default on Debian 11+ "
+                       "and Ubuntu 21.10+)")
+
+
+def check_swap(ctx):
+    if ctx.host.kernel.swap_active():
+        return Finding(WARNING, "swap is on", "the system phase turns it off and comments it "
+                       "out of /etc/fstab")
+
+
+def check_modules(ctx):
+    from aks_flex_node.steps.system import MODULES
+
+    loaded = ctx.host.kernel.modules_loaded()
+    release = platform.release()
+    builtin = (ctx.host.read_bytes(f"/lib/modules/{release}/modules.builtin") or b"").decode()
+    dep = (ctx.host.read_bytes(f"/lib/modules/{release}/modules.dep") or b"").decode()
+    missing = [m for m in MODULES
+               if m not in loaded and f"/{m}.ko" not in builtin and f"/{m}.ko" not in dep]
+    if missing:
+        return Finding(WARNING, f"kernel module(s) {', '.join(missing)} neither loaded nor found "
+                       f"for kernel {release}", "install the kernel's modules package "
+                       "(linux-image-*) or load them from the container host")
+
+
+def check_ip_forward(ctx):
+    raw = ctx.host.read_bytes("/proc/sys/net/ipv4/ip_forward")
+    if raw is not None and raw.strip() != b"1":
+        return Finding(WARNING, "net.ipv4.ip_forward is 0", "the system phase sets it to 1")
+
+
+def check_port(ctx):
+    if str(ctx.host.root) != "/":
+        return None
+    if ctx.host.systemd.is_active("kubelet") and ctx.ledger.has("unit", "kubelet"):
+        return None  # our own kubelet holds it
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", 10250))
+        except OSError:
+            return Finding(ERROR, "port 10250 (the kubelet's) is in use",
+                           "stop whatever listens there: ss -ltnp 'sport = :10250'")
+
+
+def check_clock(ctx):
+    if os.path.exists(ctx.host.path("/run/systemd/timesync/synchronized")):
+        return None
+    result = ctx.host.run_system(["timedatectl", "show", "-p", "NTPSynchronized", "--value"],
+                                 ok_codes=range(256))
+    if result.stdout.strip() == "yes" or getattr(result, "skipped", False):
+        return None
+    return Finding(WARNING, "the clock is not known to be synchronized",
+                   "enable NTP (timedatectl set-ntp true): Entra tokens and TLS need a right clock")
+
+
+def check_disk(ctx):
+    path = ctx.host.path("/var")
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        return Finding(ERROR, f"only {free // 1024**2} MiB free under /var",
+                       f"free at least {MIN_FREE_BYTES // 1024**3} GiB")
+
+
+def check_azcmagent(ctx):
+    command = ctx.config.azcmagent
+    if not (shutil.which(command) or os.path.exists(ctx.host.path(command)) and os.path.isabs(command)):
+        return Finding(ERROR, f"the Azure Connected Machine agent ({command}) is not installed",
+                       "install the azcmagent package from Microsoft's repository "
+                       "(https://aka.ms/azcmagent-linux), then run again")
+
+
+def _reachable(url, ca_bundle, proxy, timeout=5):
+    """None when an HTTP answer (any status) comes back, else why not."""
+    context = ssl.create_default_context(cafile=ca_bundle) if url.startswith("https") else None
+    handlers = [urllib.request.HTTPSHandler(context=context)] if context else []
+    if proxy:
+        handlers.append(urllib.request.ProxyHandler({"https": proxy, "http": proxy}))
+    opener = urllib.request.build_opener(*handlers)
+    try:
+        opener.open(urllib.request.Request(url, method="GET"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None
+
+
+def check_arm(ctx):
+    endpoints = ctx.config.endpoints
+    for label, url in (("Azure Resource Manager", endpoints.arm),
+                       ("Entra ID", endpoints.authority)):
+        why = _reachable(url, endpoints.ca_bundle, ctx.config.https_proxy or None)
+        if why:
+            return Finding(ERROR, f"{label} at {url} is unreachable: {why}",
+                           "check DNS, the firewall and https_proxy / no_proxy in the config")
+
+
+def check_himds(ctx):
+    from aks_flex_node.azure import arc
+
+    shown = arc.Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
+    if not shown or str(shown.get("status", "")).lower() != "connected":
+        return None  # nothing to reach before the machine is connected
+    why = _reachable(ctx.config.himds_endpoint, None, None)
+    if why:
+        return Finding(ERROR, f"HIMDS at {ctx.config.himds_endpoint} is unreachable: {why}",
+                       "systemctl restart himdsd (the Azure Connected Machine agent)")
+
+
+def check_cluster_api(ctx):
+    from aks_flex_node.steps.kubelet import KUBECONFIG
+    from aks_flex_node.steps.node import _server_from_kubeconfig
+
+    try:
+        server, _ca = _server_from_kubeconfig(ctx, KUBECONFIG)
+    except Exception:
+        return None  # not known before the credentials phase; it is checked there
+    ca_file = ctx.host.path("/etc/kubernetes/certs/ca.crt")
+    why = _reachable(server.rstrip("/") + "/readyz", ca_file if os.path.exists(ca_file) else None,
+                     ctx.config.https_proxy or None)
+    if why:
+        return Finding(ERROR, f"the cluster's API server {server} is unreachable: {why}",
+                       "check the firewall and proxy settings")
+
+
+def check_joined_elsewhere(ctx):
+    joined = ctx.ledger.joined.get("cluster_resource_id")
+    wanted = ctx.config.cluster.resource_id
+    if joined and joined.lower() != wanted.lower():
+        return Finding(ERROR, f"this node is joined to {joined}, not to {wanted}",
+                       "run `aks-flex-node unbootstrap` first (dpkg-reconfigure does it for you)")
+
+
+CHECKS = (
+    ("root", check_root), ("os", check_os), ("arch", check_arch), ("cgroups", check_cgroups),
+    ("swap", check_swap), ("kernel-modules", check_modules), ("ip-forward", check_ip_forward),
+    ("port-10250", check_port), ("clock", check_clock), ("disk-space", check_disk),
+    ("azcmagent", check_azcmagent), ("himds", check_himds), ("azure-endpoints", check_arm),
+    ("cluster-api", check_cluster_api), ("joined-elsewhere", check_joined_elsewhere),
+)
+CHECK_NAMES = tuple(name for name, _ in CHECKS)
+
+
+def parse_ignored(value):
+    """--ignore-preflight-errors: a comma list of check names, or `all`."""
+    from aks_flex_node.errors import UsageError
+
+    names = {n.strip() for n in (value or "").split(",") if n.strip()}
+    unknown = names - set(CHECK_NAMES) - {"all"}
+    if unknown:
+        raise UsageError(f"--ignore-preflight-errors: unknown check(s) {', '.join(sorted(unknown))}; "
+                         f"expected `all` or some of: {', '.join(CHECK_NAMES)}")
+    return names
+
+
+def run_checks(ctx, ignored=()):
+    results = []
+    for name, check in CHECKS:
+        try:
+            finding = check(ctx)
+        except Exception as exc:  # a check that cannot run says so; it does not crash preflight
+            finding = Finding(WARNING, f"could not check: {getattr(exc, 'message', None) or exc}")
+        if finding is None:
+            results.append(Result(name, "pass"))
+        elif finding.severity == ERROR and (name in ignored or "all" in ignored):
+            results.append(Result(name, "ignored", finding.message, finding.remedy))
+        else:
+            results.append(Result(name, finding.severity, finding.message, finding.remedy))
+    return results
+
+
+def raise_for(results):
+    errors = [r for r in results if r.status == ERROR]
+    if errors:
+        lines = [f"{r.name}: {r.message}" + (f" ({r.remedy})" if r.remedy else "") for r in errors]
+        raise PreflightError(
+            f"{len(errors)} preflight check(s) failed:\n  " + "\n  ".join(lines),
+            remedy="fix them, or pass --ignore-preflight-errors=" + ",".join(r.name for r in errors))

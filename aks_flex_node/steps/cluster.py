@@ -1,0 +1,46 @@
+"""Facts about the target cluster: where it is, which Kubernetes it runs, its API server."""
+
+from aks_flex_node.engine.step import CREDENTIALS, Plan, Step
+from aks_flex_node.errors import FlexNodeError
+
+
+class ClusterStep(Step):
+    name = "cluster"
+    help = "read the target cluster (location, Kubernetes version, Azure RBAC)"
+    branch = CREDENTIALS
+    cloud = True
+
+    def check(self, ctx):
+        from aks_flex_node.azure import aks
+
+        cfg = ctx.config
+        cluster = aks.get_cluster(ctx.azure.clients, cfg.cluster)
+        if not cluster.azure_rbac:
+            # The node authenticates with its Arc identity's Entra token; only Azure RBAC
+            # for Kubernetes turns that identity's role assignments into API permissions.
+            raise FlexNodeError(
+                f"cluster {cfg.cluster.resource_id} does not have Azure RBAC for Kubernetes "
+                "enabled, so a node's Arc identity cannot be authorized",
+                remedy="enable it: az aks update --enable-azure-rbac (needs AKS-managed Entra ID)")
+        version = cfg.kubernetes_version or cluster.kubernetes_version
+        ctx.facts.set("cluster", cluster)
+        ctx.facts.set("kubernetes_version", version)
+        ctx.facts.set("arc_location", cfg.arc_location or cluster.location)
+        return Plan(noop_reason=f"cluster {cluster.name} in {cluster.location}, "
+                                f"Kubernetes {version}")
+
+
+class CredentialsStep(Step):
+    name = "credentials"
+    help = "read the cluster's API server URL and CA (no admin credential is fetched or kept)"
+    branch = CREDENTIALS
+    needs = ("cluster",)
+    cloud = True
+
+    def check(self, ctx):
+        from aks_flex_node.azure import aks
+
+        server, ca_pem = aks.server_and_ca(ctx.azure.clients, ctx.config.cluster)
+        ctx.facts.set("server", server)
+        ctx.facts.set("ca_pem", ca_pem)
+        return Plan(noop_reason=f"API server {server}")

@@ -1,0 +1,79 @@
+"""Role assignments that let the node's Arc identity act as a node of the cluster."""
+
+import collections
+
+from aks_flex_node.engine.step import IDENTITY, Plan, Step
+
+Wanted = collections.namedtuple("Wanted", "role_name role_guid scope")
+
+
+def wanted_roles(cfg):
+    """The preset's roles with their scopes resolved (every preset role is at the cluster)."""
+    from aks_flex_node.azure import roles
+
+    return [Wanted(r.name, r.guid, cfg.cluster.resource_id) for r in roles.preset(cfg.role_preset)]
+
+
+class RolesStep(Step):
+    name = "roles"
+    help = "assign the role preset's roles to the Arc identity (idempotent names)"
+    branch = IDENTITY
+    needs = ("arc",)
+    cloud = True
+
+    def check(self, ctx):
+        from aks_flex_node.azure import rbac
+
+        cfg, plan = ctx.config, Plan()
+        wanted = wanted_roles(cfg)
+        principal = ctx.facts.get("principal_id")
+        if not principal:
+            plan.add(f"assign {len(wanted)} role(s) ({cfg.role_preset} preset) to the Arc identity",
+                     "the machine has no identity yet", lambda: self._assign(ctx, wanted))
+            return plan
+        clients = ctx.azure.clients
+        have = set()
+        for scope in {r.scope for r in wanted}:
+            for assignment in rbac.assignments_for(clients, scope, principal):
+                have.add((assignment.scope.lower(), assignment.role_guid.lower()))
+                self._adopt(ctx, assignment, principal)
+        missing = [r for r in wanted if (r.scope.lower(), r.role_guid.lower()) not in have]
+        if not missing:
+            plan.noop_reason = f"{len(wanted)} role assignment(s) in place"
+            return plan
+        plan.add(f"assign {', '.join(r.role_name for r in missing)} to {principal}",
+                 "not assigned yet", lambda: self._assign(ctx, missing))
+        return plan
+
+    def _adopt(self, ctx, assignment, principal):
+        """An assignment with our deterministic name is ours even if the ledger lost it."""
+        from aks_flex_node.azure import rbac
+
+        if assignment.name == rbac.assignment_name(assignment.scope, assignment.role_guid, principal):
+            ctx.ledger.record(self.name, "role_assignment", assignment.id)
+
+    def _assign(self, ctx, wanted):
+        from aks_flex_node.azure import rbac
+
+        principal = ctx.facts.get("principal_id")
+        for role in wanted:
+            assignment = rbac.ensure_assignment(ctx.azure.clients, role.scope, role.role_guid,
+                                                principal)
+            if assignment.created or assignment.name == rbac.assignment_name(
+                    role.scope, role.role_guid, principal):
+                ctx.ledger.record(self.name, "role_assignment", assignment.id)
+
+    def undo(self, ctx, entries):
+        from aks_flex_node.azure import rbac
+
+        leftovers = []
+        for entry in entries:
+            if entry["kind"] != "role_assignment":
+                continue
+            try:
+                rbac.delete_assignment(ctx.azure.clients, entry["id"])
+                ctx.ledger.forget("role_assignment", entry["id"])
+            except Exception as exc:
+                leftovers.append(f"role assignment {entry['id']}: "
+                                 f"{getattr(exc, 'message', None) or exc}")
+        return leftovers

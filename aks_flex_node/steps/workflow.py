@@ -1,0 +1,35 @@
+"""The bootstrap workflow: every step, in the order the upstream agent runs them.
+
+The declared order is what --sequential follows; `needs` is what the concurrent runner
+follows, so the identity branch (arc, roles, propagation), the install branch (system,
+runtime, binaries, CNI) and the credentials read overlap, and only the kubelet's start
+waits for all of them. Every step waits for preflight.
+"""
+
+from aks_flex_node.steps.arc import ArcStep
+from aks_flex_node.steps.cluster import ClusterStep, CredentialsStep
+from aks_flex_node.steps.kubelet import KubeletStep
+from aks_flex_node.steps.kubernetes import CniConfigStep, CniPluginsStep, KubernetesBinariesStep
+from aks_flex_node.steps.node import NodeReadyStep, PropagationStep
+from aks_flex_node.steps.preflight import PreflightStep
+from aks_flex_node.steps.roles import RolesStep
+from aks_flex_node.steps.runtime import ContainerdBinariesStep, ContainerdConfigStep, RuncStep
+from aks_flex_node.steps.services import ServicesStep
+from aks_flex_node.steps.system import SystemStep
+
+STEP_CLASSES = (
+    PreflightStep, ClusterStep, ArcStep, RolesStep, SystemStep, RuncStep, ContainerdBinariesStep,
+    ContainerdConfigStep, KubernetesBinariesStep, CniPluginsStep, CniConfigStep, CredentialsStep,
+    KubeletStep, PropagationStep, ServicesStep, NodeReadyStep,
+)
+
+
+def bootstrap_steps():
+    steps = [cls() for cls in STEP_CLASSES]
+    for step in steps:
+        if step.name != "preflight" and not step.needs:
+            step.needs = ("preflight",)
+    return steps
+
+
+PHASE_NAMES = tuple(cls.name for cls in STEP_CLASSES)

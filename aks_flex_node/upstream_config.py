@@ -1,0 +1,337 @@
+"""Converting the upstream Go agent's config.json (Azure/AKSFlexNode v0.0.x) into our keys.
+
+The schema is upstream-go-agent.md §2 (v0.0.10, plus the later node.taints and
+node.kubelet.nodeIP). The result is plain text values by key, for config.write() (by
+`aks-flex-node config import`) or config.from_values() (`--config config.json`); their
+meaning is checked there. This module only maps, and reports what it cannot map: every
+problem at once in a ConfigError, every ignored key in a warning that names it.
+
+Two differences of model matter:
+- aks-flex-node always registers the machine with Azure Arc, and the kubelet always
+  authenticates with the Arc machine's identity. Upstream's auth "modes" only choose the
+  credential for our own Azure calls: servicePrincipal -> service-principal,
+  managedIdentity -> managed-identity, and neither -> azure-cli (what upstream does in
+  Arc mode). Bootstrap tokens are not supported.
+- Secrets never go into our configuration file: the SP client secret is returned apart,
+  for the caller to write to a 0600 file named by sp_client_secret_file.
+"""
+
+import json
+import os
+import re
+import stat
+
+from aks_flex_node.errors import ConfigError, ConfigProblem
+
+REDACTED = "***"
+MISSING = "(missing)"
+# A Go fmt verb, as in upstream's kubernetes.urlTemplate (upstream-go-agent.md §2).
+_GO_TEMPLATE_VERB = re.compile(r"%(\[\d+\])?[a-zA-Z%]")
+
+# Keys we read nowhere, with why; anything else unknown gets a generic warning.
+_IGNORED = {
+    "azure.arc.autoRoleAssignment":
+        "not an upstream field either (a v0.0.10 docs mistake); roles are always assigned, see role_preset",
+    "agent.logDir": "aks-flex-node logs to the journal",
+    "agent.enableDriftDetectionAndRemediation": "aks-flex-node has no drift remediation daemon",
+    "runc.url": "unused by upstream since v0.0.3; see runc_url",
+    "node.kubelet.verbosity": "not configurable",
+    "node.kubelet.imageGCHighThreshold": "not configurable",
+    "node.kubelet.imageGCLowThreshold": "not configurable",
+    "node.kubelet.serverURL": "only used with a bootstrap token; the server comes from the cluster",
+    "node.kubelet.caCertData": "only used with a bootstrap token; the CA comes from the cluster",
+}
+_IGNORED_PREFIXES = {
+    "azure.bootstrapToken.": "bootstrap tokens are not supported",
+    "npd.": "aks-flex-node does not install node-problem-detector",
+    "paths.": "the paths are fixed",
+}
+
+
+class _Conversion:
+    def __init__(self, document):
+        self.document = document
+        self.values = {}
+        self.secrets = {}
+        self.warnings = []
+        self.problems = []
+        self.used = set()  # paths read
+        self.whole = set()  # objects read with everything in them (labels, tags...)
+
+    def get(self, path, kinds=None):
+        """The value at a dotted path, or None; a value of the wrong JSON type is a problem."""
+        node = self.document
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        self.used.add(path)
+        if kinds is not None and node is not None and not isinstance(node, kinds):
+            names = {str: "a string", dict: "an object", list: "a list", bool: "true or false", int: "a number"}
+            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+            wanted = " or ".join(names.get(k, k.__name__) for k in kinds)
+            self.problem(path, node, wanted)
+            return None
+        return node
+
+    def text(self, path):
+        value = self.get(path, str)
+        return value.strip() if isinstance(value, str) and value.strip() else None
+
+    def problem(self, path, value, expected):
+        if path.lower().endswith(("secret", "token")) and value not in (None, "", MISSING):
+            value = REDACTED  # a secret is never echoed, even a malformed one
+        self.problems.append(ConfigProblem(path, value, expected))
+
+    def warn(self, path, why):
+        self.warnings.append(f"{path}: ignored: {why}")
+
+    def set(self, key, value):
+        if value not in (None, ""):
+            self.values[key] = value
+
+
+def convert(document):
+    """(values, secrets, warnings) from a parsed config.json; ConfigError on what cannot be
+    converted. values: key -> text; secrets: {"sp_client_secret": ...} when present."""
+    if not isinstance(document, dict):
+        raise ConfigError([ConfigProblem("config.json", type(document).__name__, "a JSON object")])
+    c = _Conversion(document)
+    _azure(c)
+    _auth(c)
+    _arc(c)
+    _cluster(c)
+    _versions(c)
+    _node(c)
+    level = c.text("agent.logLevel")
+    c.set("log_level", level.lower() if level else None)
+    _report_unused(c)
+    if c.problems:
+        raise ConfigError(c.problems)
+    return c.values, c.secrets, c.warnings
+
+
+def load_file(path):
+    """convert() of a config.json file, with errors naming the file. The file holding a
+    client secret while others can read it earns a warning."""
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+    except OSError as err:
+        problem = ConfigProblem("config file", source, f"a readable file ({err.strerror})")
+        raise ConfigError([problem], source=source) from None
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError([ConfigProblem("config file", source, "UTF-8 JSON")], source=source) from None
+    except ValueError as err:
+        where = f"line {err.lineno} column {err.colno}" if hasattr(err, "lineno") else "JSON"
+        raise ConfigError([ConfigProblem(where, err.msg if hasattr(err, "msg") else str(err), "valid JSON")],
+                          source=source) from None
+    try:
+        values, secrets, warnings = convert(document)
+    except ConfigError as err:
+        raise ConfigError(err.problems, source=source) from None
+    if secrets and stat.S_IMODE(st.st_mode) & 0o077:
+        warnings.append(f"{source} holds a client secret and others can read it (mode "
+                        f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it, or better, import it and delete it")
+    return values, secrets, warnings
+
+
+def _azure(c):
+    if "azure" not in c.document:
+        c.problem("azure", MISSING, "an object with subscriptionId, tenantId and targetCluster")
+    c.get("azure", dict)  # a problem if it is not an object
+    c.set("subscription_id", c.text("azure.subscriptionId"))
+    c.set("tenant_id", c.text("azure.tenantId"))
+    c.set("cloud", c.text("azure.cloud"))
+
+
+def _auth(c):
+    sp = c.get("azure.servicePrincipal", dict)
+    has_mi = isinstance(c.document.get("azure"), dict) and "managedIdentity" in c.document["azure"]
+    mi = c.get("azure.managedIdentity", (dict, type(None)))
+    token = c.get("azure.bootstrapToken", dict)
+
+    if token is not None:
+        if c.text("azure.bootstrapToken.token"):
+            c.problem("azure.bootstrapToken.token", REDACTED,
+                      "no bootstrap token: aks-flex-node joins through Azure Arc only; remove "
+                      "azure.bootstrapToken and use servicePrincipal, managedIdentity or the Azure CLI")
+        else:
+            c.warn("azure.bootstrapToken", "empty, and bootstrap tokens are not supported")
+
+    if sp is not None and has_mi:
+        c.problem("azure.managedIdentity", "present along with azure.servicePrincipal",
+                  "one of servicePrincipal and managedIdentity (upstream too allows only one)")
+        return
+    if sp is not None:
+        c.set("auth_method", "service-principal")
+        c.set("sp_client_id", c.text("azure.servicePrincipal.clientId"))
+        if not c.text("azure.servicePrincipal.clientId"):
+            c.problem("azure.servicePrincipal.clientId", MISSING,
+                      "the service principal's application (client) ID")
+        secret = c.get("azure.servicePrincipal.clientSecret", str)
+        if secret:
+            c.secrets["sp_client_secret"] = secret
+        else:
+            c.warnings.append("azure.servicePrincipal.clientSecret: absent: put the secret in a file only "
+                              "root can read and name it in sp_client_secret_file (or use sp_certificate_file)")
+        sp_tenant, tenant = c.text("azure.servicePrincipal.tenantId"), c.text("azure.tenantId")
+        if not sp_tenant:
+            # The v0.0.10 README's SP example has no servicePrincipal.tenantId; upstream then
+            # does not see SP mode at all (it needs all three fields).
+            c.warnings.append("azure.servicePrincipal.tenantId: absent (as in the upstream v0.0.10 README "
+                              "example, where upstream then ignores the service principal): using azure.tenantId")
+        elif tenant and sp_tenant.lower() != tenant.lower():
+            c.problem("azure.servicePrincipal.tenantId", sp_tenant,
+                      f"the same tenant as azure.tenantId ({tenant}): aks-flex-node uses one tenant")
+        else:
+            c.set("tenant_id", sp_tenant)
+        _warn_arc_disabled(c, "a service principal")
+    elif has_mi:
+        c.set("auth_method", "managed-identity")
+        if isinstance(mi, dict):
+            c.set("managed_identity_client_id", c.text("azure.managedIdentity.clientId"))
+        _warn_arc_disabled(c, "a managed identity")
+    else:
+        # Upstream's Arc mode: the operator's Azure CLI login makes the Azure calls.
+        c.set("auth_method", "azure-cli")
+        enabled = c.get("azure.arc.enabled", bool)
+        if enabled is None:
+            c.warnings.append("azure.arc.enabled: absent: converted as Arc mode with the Azure CLI login "
+                              "(the only mode with neither servicePrincipal nor managedIdentity)")
+        elif enabled is False:
+            c.warnings.append("azure.arc.enabled: false, with neither servicePrincipal nor managedIdentity: "
+                              "aks-flex-node always uses Arc; Azure calls use root's Azure CLI login")
+
+
+def _warn_arc_disabled(c, what):
+    if c.get("azure.arc.enabled", bool) is not True:
+        c.warnings.append(f"azure.arc.enabled: not true: aks-flex-node still registers the machine with "
+                          f"Azure Arc; {what} makes the Azure calls, the kubelet uses the Arc identity")
+
+
+def _arc(c):
+    name = c.text("azure.arc.machineName")
+    if name and name != name.lower():
+        c.warnings.append(f"azure.arc.machineName: {name!r} lowercased (Kubernetes node names are lowercase)")
+        name = name.lower()
+    c.set("machine_name", name)
+    c.set("arc_resource_group", c.text("azure.arc.resourceGroup"))
+    # Upstream's Arc location defaults to targetCluster.location (§2); ours to the
+    # cluster's actual region, so keep the file's choice either way.
+    arc_location, cluster_location = c.text("azure.arc.location"), c.text("azure.targetCluster.location")
+    c.set("arc_location", arc_location or cluster_location)
+    c.set("arc_tags", _pairs(c, "azure.arc.tags", "="))
+
+
+def _cluster(c):
+    target = c.get("azure.targetCluster", dict)
+    resource_id = c.text("azure.targetCluster.resourceId")
+    if not resource_id:
+        # Upstream dereferences targetCluster without a nil check and panics (§2).
+        c.problem("azure.targetCluster.resourceId", MISSING if target is None else "",
+                  "the AKS cluster's resource ID: /subscriptions/<uuid>/resourceGroups/<group>/providers/"
+                  "Microsoft.ContainerService/managedClusters/<name>")
+    c.set("cluster_resource_id", resource_id)
+
+
+def _versions(c):
+    version = c.text("kubernetes.version")
+    c.set("kubernetes_version", version[1:] if version and version[0] in "vV" else version)
+    template = c.text("kubernetes.urlTemplate")
+    if template:
+        converted = _from_go_template(template)
+        if converted is None:
+            c.problem("kubernetes.urlTemplate", template,
+                      "a Go format string with two %s: the version, then the architecture")
+        else:
+            c.set("kubernetes_url", converted)
+            c.warnings.append("kubernetes.urlTemplate: converted to kubernetes_url; check that its checksum is at "
+                              "{url}.sha256, or set kubernetes_sha256_url (every download is verified)")
+    c.set("containerd_version", c.text("containerd.version"))
+    c.set("pause_image", c.text("containerd.pauseImage"))
+    metrics = c.text("containerd.metricsAddress")
+    if metrics and (metrics.startswith(("0.0.0.0:", "[::]:", ":"))):
+        c.warnings.append(f"containerd.metricsAddress: {metrics} exposes containerd's metrics on every interface; "
+                          "aks-flex-node's default is 127.0.0.1:10257")
+    c.set("containerd_metrics_address", metrics)
+    c.set("runc_version", c.text("runc.version"))
+    c.set("cni_version", c.text("cni.version"))
+
+
+def _from_go_template(template):
+    """Go's fmt "…v%s/…-%s.tar.gz" (version, arch) as "…v{version}/…-{arch}.tar.gz"."""
+    if "{" in template or "}" in template:
+        return None
+    verbs = [m.group(0) for m in _GO_TEMPLATE_VERB.finditer(template)]
+    if [v for v in verbs if v != "%%"] != ["%s", "%s"]:
+        return None
+    fields = iter(("{version}", "{arch}"))
+    return _GO_TEMPLATE_VERB.sub(lambda m: "%" if m.group(0) == "%%" else next(fields), template)
+
+
+def _node(c):
+    max_pods = c.get("node.maxPods", int)
+    if isinstance(max_pods, bool):
+        c.problem("node.maxPods", max_pods, "a number")
+    elif max_pods:  # upstream: 0 means the default, 110
+        c.set("max_pods", str(max_pods))
+    labels = c.get("node.labels", dict)
+    if labels and labels.get("kubernetes.azure.com/managed") == "false":
+        labels = {k: v for k, v in labels.items() if k != "kubernetes.azure.com/managed"}  # always added
+    if labels is not None:
+        c.set("node_labels", _pairs_of(c, "node.labels", labels, "="))
+    taints = c.get("node.taints", list)
+    if taints:
+        bad = [t for t in taints if not isinstance(t, str) or "," in t]
+        if bad:
+            c.problem("node.taints", bad, "a list of key=value:Effect strings")
+        else:
+            c.set("node_taints", ",".join(t.strip() for t in taints))
+    c.set("kube_reserved", _pairs(c, "node.kubelet.kubeReserved", "="))
+    c.set("eviction_hard", _pairs(c, "node.kubelet.evictionHard", "<"))
+    c.set("cluster_dns", c.text("node.kubelet.dnsServiceIP"))
+    c.set("node_ip", c.text("node.kubelet.nodeIP"))
+
+
+def _pairs(c, path, separator):
+    mapping = c.get(path, dict)
+    return _pairs_of(c, path, mapping, separator) if mapping else None
+
+
+def _pairs_of(c, path, mapping, separator):
+    """{"a": "b"} as "a=b,…" in the JSON's order; what a one-line list cannot hold is a problem."""
+    c.whole.add(path)
+    items = []
+    for key, value in mapping.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or any(ch in f"{key}{value}" for ch in ",\n#") or separator in key:
+            c.problem(f"{path}.{key}", value,
+                      f"a text value; neither name nor value may contain ',' '#' or '{separator}'")
+            continue
+        items.append(f"{key.strip()}{separator}{value.strip()}")
+    return ",".join(items)
+
+
+def _leaves(node, prefix=""):
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else key)
+    else:
+        yield prefix, node
+
+
+def _report_unused(c):
+    for path, _value in _leaves(c.document):
+        if path in c.used or any(path.startswith(whole + ".") for whole in c.whole):
+            continue
+        if path in _IGNORED:
+            c.warn(path, _IGNORED[path])
+            continue
+        prefix = next((p for p in _IGNORED_PREFIXES if path.startswith(p)), None)
+        c.warn(path, _IGNORED_PREFIXES[prefix] if prefix else "not a key aks-flex-node knows")

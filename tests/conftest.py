@@ -1,0 +1,25 @@
+"""Shared fixtures: the emulator (tests/emulator_fixtures.py) and a scratch node on it."""
+
+import os
+
+import pytest
+
+from tests import harness
+from tests.emulator_fixtures import *  # noqa: F401,F403  (the emulator fixtures)
+
+
+@pytest.fixture
+def node(fake_host, tmp_path):
+    """A Debian-like root prefix configured against a freshly reset emulator."""
+    root = str(fake_host.root)
+    harness.prepare_root(root)
+    # The agent's key directory is where the emulator's HIMDS writes its challenge keys.
+    keys = os.path.join(root, "var/opt/azcmagent/tokens")
+    os.makedirs(os.path.dirname(keys), exist_ok=True)
+    os.symlink(fake_host.emulator.himds_key_dir, keys)
+    wrapper = harness.exec_plugin_wrapper(str(tmp_path))
+    harness.write_config(root, fake_host.emulator, wrapper)
+    n = harness.Node(root, str(fake_host.state_dir), fake_host.emulator, fake_host.env)
+    n.fake = fake_host
+    n.wrapper = wrapper
+    return n

@@ -1,0 +1,55 @@
+"""Fixtures of the Debian package tests: the .deb built once per session, tool checks.
+
+These tests drive Debian tools (dpkg-buildpackage, lintian, debconf, ucf, mmdebstrap). When
+one is missing the test is skipped with what to run; under `make test-deb`, which installs
+them first and sets AKS_FLEX_NODE_DEB_TESTS, a missing tool is a failure instead.
+"""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.deb import debtools
+
+BUILD_TOOLS = ("dpkg-buildpackage", "dh", "dh_python3", "debconf-updatepo", "fakeroot")
+
+
+def require_tools(*tools):
+    missing = [t for t in tools if not shutil.which(t, path=debtools.SYSPATH)]
+    if not missing:
+        return
+    message = (f"missing {', '.join(missing)}: `make test-deb` installs the Debian packaging tools "
+               "and runs these tests")
+    if os.environ.get("AKS_FLEX_NODE_DEB_TESTS"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def built_deb(tmp_path_factory):
+    """The package built from this work tree, once per session: a debtools.Built."""
+    require_tools(*BUILD_TOOLS)
+    out = tmp_path_factory.mktemp("deb-build")
+    result = subprocess.run([str(debtools.REPO / "tools" / "build-deb.sh"), str(out)],
+                            capture_output=True, text=True, timeout=600,
+                            env=debtools.system_env())
+    if result.returncode != 0:
+        pytest.fail(f"the package does not build:\n{result.stdout}\n{result.stderr}")
+    return debtools.Built(out)
+
+
+@pytest.fixture(scope="session")
+def unpacked_deb(built_deb, tmp_path_factory):
+    """The .deb's files (dpkg-deb -x) and control area (dpkg-deb -e) in a temp dir."""
+    root = tmp_path_factory.mktemp("deb-unpacked")
+    subprocess.run(["dpkg-deb", "-x", str(built_deb.deb), str(root / "data")], check=True)
+    subprocess.run(["dpkg-deb", "-e", str(built_deb.deb), str(root / "control")], check=True)
+    return root
+
+
+@pytest.fixture
+def repo():
+    return Path(debtools.REPO)

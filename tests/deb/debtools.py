@@ -1,0 +1,57 @@
+"""Helpers shared by the Debian package tests (reading a built .deb, the system env)."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEBIAN = REPO / "debian"
+PACKAGE = "aks-flex-node"
+# The package is built and run by Debian's own tools and python3: never a pyenv one.
+SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def system_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHON"))}
+    env.update(PATH=SYSPATH, LC_ALL="C.UTF-8")
+    env.pop("DEBIAN_FRONTEND", None)
+    env.update(extra)
+    return env
+
+
+class Built:
+    """What tools/build-deb.sh left in a directory: the .deb, the .changes, the log."""
+
+    def __init__(self, out):
+        self.out = Path(out)
+        debs = sorted(self.out.glob(f"{PACKAGE}_*_all.deb"))
+        if len(debs) != 1:
+            raise AssertionError(f"expected one {PACKAGE}_<version>_all.deb in {out}, found {debs}")
+        self.deb = debs[0]
+        self.changes = next(self.out.glob(f"{PACKAGE}_*.changes"))
+        self.log = self.out / "build.log"
+
+    def field(self, name):
+        return subprocess.run(["dpkg-deb", "-f", str(self.deb), name], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    def contents(self):
+        """{path: (mode, owner/group)} of the data archive, paths as installed (/usr/...)."""
+        listing = subprocess.run(["dpkg-deb", "-c", str(self.deb)], check=True,
+                                 capture_output=True, text=True).stdout
+        entries = {}
+        for line in listing.splitlines():
+            perms, owner, _size, _date, _time, path = line.split(None, 5)
+            path = path.split(" -> ")[0]
+            entries["/" + path.lstrip("./").rstrip("/")] = (perms, owner)
+        return entries
+
+
+def depends(field_text):
+    """'a (>= 1), b | c' -> {'a': '(>= 1)', 'b | c': ''} keyed by the first alternative too."""
+    out = {}
+    for item in filter(None, (i.strip() for i in field_text.split(","))):
+        match = re.match(r"^([^\s(|]+)\s*(\([^)]*\))?", item)
+        out[match.group(1)] = (match.group(2) or "", item)
+    return out

@@ -1,0 +1,118 @@
+"""The built .deb: name, control fields, files and modes, the console script, lintian."""
+
+import re
+import subprocess
+
+from aks_flex_node import __version__
+from tests.deb import debtools
+from tests.deb.conftest import require_tools
+
+
+def test_the_package_is_named_after_the_library_version(built_deb):
+    # debian/changelog and aks_flex_node.__version__ must move together.
+    assert built_deb.deb.name == f"aks-flex-node_{__version__}_all.deb"
+    assert built_deb.field("Version") == __version__
+    assert built_deb.field("Architecture") == "all"
+
+
+def test_depends_carries_the_floors_of_py3dist_overrides(built_deb):
+    deps = debtools.depends(built_deb.field("Depends"))
+    # Debian 12's python3-azure snapshot is the oldest SDK bundle the library is tested on.
+    assert deps["python3-azure"][0] == "(>= 20230112~)"
+    assert deps["python3-configobj"][0] == "(>= 5.0.8~)"
+    assert deps["python3-yaml"][0] == "(>= 5.3~)"
+    assert deps["python3:any"][0].startswith("(>= 3.9")
+    assert "ucf" in deps
+    # debconf comes from ${misc:Depends} (dh_installdebconf), as "debconf (>= 0.5) | debconf-2.0".
+    assert "debconf" in deps and "debconf-2.0" in deps["debconf"][1]
+    assert built_deb.field("Recommends") == "azcmagent"
+
+
+def test_every_install_requires_entry_became_a_dependency(built_deb):
+    # dh_python3 silently drops a distribution it cannot map (debian-packaging.md §4): read
+    # the build log for its "Cannot find package" notice.
+    log = built_deb.log.read_text()
+    assert "Cannot find package" not in log, log
+
+
+def test_files_and_modes(built_deb, repo):
+    files = built_deb.contents()
+    expected = {
+        "/usr/bin/aks-flex-node": "-rwxr-xr-x",
+        "/lib/systemd/system/aks-flex-node-agent.service": "-rw-r--r--",
+        "/usr/share/aks-flex-node/aks-flex-node.conf": "-rw-r--r--",
+        "/usr/share/man/man8/aks-flex-node.8.gz": "-rw-r--r--",
+        "/usr/share/bash-completion/completions/aks-flex-node": "-rw-r--r--",
+        "/usr/share/doc/aks-flex-node/copyright": "-rw-r--r--",
+        "/usr/lib/python3/dist-packages/aks_flex_node/configspec.ini": "-rw-r--r--",
+    }
+    for path, mode in expected.items():
+        assert path in files, f"{path} missing from the package"
+        assert files[path] == (mode, "root/root"), path
+    # Every module of the library is shipped, and nothing of the tests or tools.
+    for source in (repo / "aks_flex_node").rglob("*.py"):
+        shipped = "/usr/lib/python3/dist-packages/" + str(source.relative_to(repo))
+        assert shipped in files, f"{shipped} missing from the package"
+    assert not [p for p in files if "/tests/" in p or "/tools/" in p or p.endswith(".pyc")]
+
+
+def test_the_configuration_is_not_a_conffile(built_deb, unpacked_deb, repo):
+    # Generated from debconf answers and managed with ucf (Policy 10.7.3): nothing in /etc.
+    assert not [p for p in built_deb.contents() if p.startswith("/etc")]
+    assert not (unpacked_deb / "control" / "conffiles").exists()
+    shipped = unpacked_deb / "data" / "usr/share/aks-flex-node/aks-flex-node.conf"
+    assert shipped.read_bytes() == (repo / "etc/aks-flex-node/aks-flex-node.conf").read_bytes()
+
+
+def test_the_console_script_runs_the_cli(unpacked_deb):
+    script = unpacked_deb / "data" / "usr/bin/aks-flex-node"
+    assert script.read_text().startswith("#! /usr/bin/python3") or \
+        script.read_text().startswith("#!/usr/bin/python3")
+    site = unpacked_deb / "data" / "usr/lib/python3/dist-packages"
+    result = subprocess.run(["/usr/bin/python3", str(script), "version"], capture_output=True,
+                            text=True, timeout=60, cwd="/",
+                            env=debtools.system_env(PYTHONPATH=str(site)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"aks-flex-node {__version__}"
+    # And it is the shipped copy that ran, not the work tree's.
+    where = subprocess.run(["/usr/bin/python3", "-c", "import aks_flex_node; print(aks_flex_node.__file__)"],
+                           capture_output=True, text=True, cwd="/",
+                           env=debtools.system_env(PYTHONPATH=str(site)))
+    assert where.stdout.startswith(str(site))
+
+
+def test_the_agent_unit(unpacked_deb):
+    unit = (unpacked_deb / "data" / "lib/systemd/system/aks-flex-node-agent.service").read_text()
+    settings = {}
+    for line in unit.splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            settings.setdefault(key, []).append(value)
+    assert settings["ExecStart"] == ["/usr/bin/aks-flex-node agent"]
+    assert settings["Restart"] == ["on-failure"]
+    assert settings["StartLimitIntervalSec"] == ["0"]
+    after = " ".join(settings["After"]).split()
+    assert "network-online.target" in after and "himdsd.service" in after
+    # Idle unless a join is pending or the node is joined (operations.PENDING_MARKER, ledger).
+    assert sorted(settings["ConditionPathExists"]) == [
+        "|/var/lib/aks-flex-node/join-pending", "|/var/lib/aks-flex-node/ledger.json"]
+
+
+def test_the_agent_is_enabled_but_never_started_by_debhelper(unpacked_deb):
+    postinst = (unpacked_deb / "control" / "postinst").read_text()
+    assert "deb-systemd-helper enable 'aks-flex-node-agent.service'" in postinst or \
+        re.search(r"deb-systemd-helper .*enable .*aks-flex-node-agent\.service", postinst)
+    # dh_installsystemd --no-start: only a try-restart on upgrade, no unconditional start.
+    assert not re.search(r"deb-systemd-invoke \$_dh_action .*aks-flex-node-agent", postinst)
+    assert not re.search(r"deb-systemd-invoke start[^\n]*'aks-flex-node-agent.service'", postinst)
+
+
+def test_lintian_reports_no_error_and_no_warning(built_deb):
+    require_tools("lintian")
+    result = subprocess.run(
+        ["lintian", "--pedantic", "-E", "-I", "--tag-display-limit", "0", str(built_deb.changes)],
+        capture_output=True, text=True, timeout=300, env=debtools.system_env())
+    tags = [line for line in result.stdout.splitlines() if re.match(r"^[EWIPX]: ", line)]
+    bad = [t for t in tags if t.startswith(("E:", "W:"))]
+    assert not bad, "\n".join(tags)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,5 @@
+import sys
+
+from tests.emulator.server import main
+
+sys.exit(main())

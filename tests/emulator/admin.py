@@ -1,0 +1,173 @@
+"""The admin API under /_emulator (HTTPS, no auth): what tests use to look and to steer.
+
+GET  /state            machines, role assignments, nodes, clusters, token counts, request log...
+POST /faults           append fault rules (see faults.py); DELETE /faults clears them
+POST /reset            back to the profile's initial world (tokens and ports survive)
+GET|POST /settings     read / change runtime settings (see profiles.SETTINGS)
+POST /himds/bind       {"machine_id": ...}: this host's HIMDS now serves that machine's identity
+POST /himds/unbind     forget it (the machine, if any, turns Disconnected as its heartbeat stops)
+POST /clusters         {"name", "resource_group", ["subscription", "kubernetes_version", "location",
+                        "azure_rbac", "local_accounts"]}: add a cluster with its own apiserver
+POST /resourcegroups   {"name", ["subscription", "location"]}
+POST /tokens           {"principal_id", "audience", ["lifetime"]}: mint a token directly
+DELETE /requests       clear the request log
+"""
+
+import time
+
+from tests.emulator import constants as c
+from tests.emulator import faults, profiles
+from tests.emulator.httpbase import HttpError, Response
+
+
+def _bad(message, status=400):
+    return HttpError(Response.json(status, {"error": message}))
+
+
+def _object(req):
+    body = req.json(required=False)
+    if not isinstance(body, dict):
+        raise _bad(f"expected a JSON object, got {type(body).__name__}")
+    return body
+
+
+def snapshot(app):
+    state = app.state
+    with state.lock:
+        d = state.data
+        tokens = list(d["tokens"].values())
+        by_audience, by_source = {}, {}
+        for t in tokens:
+            by_audience[t["audience"]] = by_audience.get(t["audience"], 0) + 1
+            by_source[t["source"]] = by_source.get(t["source"], 0) + 1
+        clusters = []
+        for cl in d["clusters"].values():
+            info = {k: v for k, v in cl.items() if k != "admin"}
+            info["apiserver"] = app.apiserver_url(cl["id"])
+            info["nodes"] = sorted(d["nodes"].get(cl["id"].lower(), {}))
+            clusters.append(info)
+        return {
+            "profile": d["profile"],
+            "settings": dict(d["settings"]),
+            "clusters": clusters,
+            "resource_groups": sorted(rg["id"] for rg in d["resource_groups"].values()),
+            "principals": [{k: v for k, v in p.items() if k != "secret"} for p in d["principals"].values()],
+            "machines": [dict(m) for m in d["machines"].values()],
+            "role_assignments": [dict(a) for a in d["role_assignments"].values()],
+            "nodes": {cl["name"]: list(d["nodes"].get(cl["id"].lower(), {}).values()) for cl in d["clusters"].values()},
+            "tokens": {"issued": len(tokens), "by_audience": by_audience, "by_source": by_source},
+            "himds": {"bound_machine": d["himds"]["bound_machine"], "challenges": d["himds"]["challenges"],
+                      "tokens_issued": d["himds"]["tokens_issued"], "outstanding_keys": len(d["himds"]["keys"]),
+                      "key_dir": app.himds_key_dir},
+            "operations": list(d["operations"].values()),
+            "providers": dict(d["providers"]),
+            "api_versions": dict(d.get("api_versions", {})),
+            "faults": list(d["faults"]),
+            "fault_hits": d["fault_hits"],
+            "artifact_downloads": list(d["artifact_downloads"]),
+            "requests": list(d["requests"]),
+        }
+
+
+def handle(app, req):
+    state = app.state
+    route = "/".join(req.lower[1:])
+    method = req.method
+    if route == "state" and method == "GET":
+        return Response.json(200, snapshot(app))
+    if route == "faults":
+        if method == "GET":
+            return Response.json(200, state.data["faults"])
+        if method == "DELETE":
+            state.data["faults"].clear()
+            state.mark_dirty()
+            return Response.json(200, [])
+        if method == "POST":
+            try:
+                rules = faults.validate(req.json())
+            except faults.FaultError as e:
+                raise _bad(str(e))
+            state.data["faults"].extend(rules)
+            state.mark_dirty()
+            return Response.json(200, state.data["faults"])
+    if route == "reset" and method == "POST":
+        state.reset()
+        return Response.json(200, {"reset": True, "profile": state.profile})
+    if route == "settings":
+        if method == "POST":
+            try:
+                changes = profiles.validate_settings(_object(req))
+            except profiles.SettingsError as e:
+                raise _bad(str(e))
+            state.settings.update(changes)
+            state.mark_dirty()
+        return Response.json(200, state.settings)
+    if route == "himds/bind" and method == "POST":
+        machine_id = _object(req).get("machine_id")
+        if not isinstance(machine_id, str) or machine_id.lower() not in state.data["machines"]:
+            raise _bad(f"machine_id = {machine_id!r}: expected the resource ID of an existing Arc machine", 404)
+        state.data["himds"]["bound_machine"] = state.data["machines"][machine_id.lower()]["id"]
+        state.mark_dirty()
+        return Response.json(200, {"bound_machine": state.data["himds"]["bound_machine"]})
+    if route == "himds/unbind" and method == "POST":
+        bound = state.data["himds"]["bound_machine"]
+        machine = state.data["machines"].get((bound or "").lower())
+        if machine and machine["status"] != "Disconnected":
+            machine["status"], machine["last_status_change"] = "Disconnected", time.time()
+        state.data["himds"]["bound_machine"] = None
+        state.mark_dirty()
+        return Response.json(200, {"bound_machine": None, "was": bound})
+    if route == "clusters" and method == "POST":
+        return _add_cluster(app, _object(req))
+    if route == "resourcegroups" and method == "POST":
+        body = _object(req)
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise _bad(f"name = {name!r}: expected a resource group name")
+        rid = state.add_resource_group(body.get("subscription", c.SUBSCRIPTION_ID), name,
+                                       body.get("location", c.LOCATION))
+        return Response.json(201, {"id": rid})
+    if route == "tokens" and method == "POST":
+        body = _object(req)
+        principal, audience = body.get("principal_id"), body.get("audience")
+        lifetime = body.get("lifetime", 3600)
+        problems = []
+        if not isinstance(principal, str) or not principal:
+            problems.append(f"principal_id = {principal!r}: expected a principal object ID")
+        if not isinstance(audience, str) or not audience:
+            problems.append(f"audience = {audience!r}: expected an audience such as {c.AKS_SERVER_APP_ID!r}")
+        if not isinstance(lifetime, (int, float)) or isinstance(lifetime, bool):
+            problems.append(f"lifetime = {lifetime!r}: expected seconds (may be negative for an expired token)")
+        if problems:
+            raise _bad("; ".join(problems))
+        token, record = state.mint_token(principal, audience, lifetime, "admin")
+        return Response.json(200, {"access_token": token, "expires_on": record["expires_on"]})
+    if route == "requests" and method == "DELETE":
+        state.data["requests"].clear()
+        return Response.json(200, [])
+    raise _bad(f"no admin endpoint {method} {req.path}", 404)
+
+
+def _add_cluster(app, body):
+    state = app.state
+    problems = []
+    name, rg = body.get("name"), body.get("resource_group")
+    for key, value in (("name", name), ("resource_group", rg)):
+        if not isinstance(value, str) or not value:
+            problems.append(f"{key} = {value!r}: expected a non-empty string")
+    version = body.get("kubernetes_version", c.K8S_VERSION)
+    if not isinstance(version, str) or len(version.split(".")) != 3:
+        problems.append(f"kubernetes_version = {version!r}: expected MAJOR.MINOR.PATCH such as {c.K8S_VERSION!r}")
+    unknown = set(body) - {"name", "resource_group", "subscription", "kubernetes_version", "location",
+                           "azure_rbac", "local_accounts"}
+    for key in sorted(unknown):
+        problems.append(f"{key}: unknown key")
+    if problems:
+        raise _bad("; ".join(problems))
+    sub = body.get("subscription", c.SUBSCRIPTION_ID)
+    state.data["subscriptions"].setdefault(sub.lower(), {"id": sub})
+    cl = state.add_cluster(subscription=sub, resource_group=rg, name=name,
+                           location=body.get("location", c.LOCATION), kubernetes_version=version,
+                           azure_rbac=body.get("azure_rbac", True), local_accounts=body.get("local_accounts", True))
+    url = app.ensure_apiserver(cl["id"])
+    return Response.json(201, {"id": cl["id"], "apiserver": url})

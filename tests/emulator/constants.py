@@ -1,0 +1,89 @@
+"""Well-known identities and names the emulator serves and tests use.
+
+Fixed values, so a failing test prints the same IDs every run. None of these exist in
+real Azure: the GUIDs were generated once for this emulator. The role-definition GUIDs
+and the AKS server application ID are the real, documented ones (sources inline).
+"""
+
+TENANT_ID = "0dad6e24-3327-44c9-8b75-3f34d6f1e6fb"
+SUBSCRIPTION_ID = "93d23ebe-48c7-432a-8146-384c56a92ea6"
+LOCATION = "westeurope"
+
+# The operator service principal: Owner on the subscription (seeded by every profile).
+SP_CLIENT_ID = "d0c52b35-b60e-4f23-9a86-3622ae21b893"
+SP_OBJECT_ID = "9ad0cf52-70c9-4e64-95e1-99c0458a9a0a"
+SP_CLIENT_SECRET = "emu-sp-secret.Q8v~kT2rLw9XbN4pZc7HdJ"  # test-only; shaped like an Entra secret
+
+# A second principal that is only Reader on the subscription: for "permission denied" tests.
+READER_SP_CLIENT_ID = "498162ba-cb15-4a58-94d3-93598164b8d0"
+READER_SP_OBJECT_ID = "507c5509-f095-4f96-9061-1e668d707144"
+READER_SP_CLIENT_SECRET = "emu-reader-secret.M3n~Yq7sVb1KfT6wRx0GhP"
+
+# A principal registered with a certificate (client_assertion), Owner on the subscription.
+# The emulator accepts any well-formed JWT assertion for it (no signature check).
+CERT_SP_CLIENT_ID = "83e09469-b5e6-4eef-a6b5-9c8f3e2297ac"
+CERT_SP_OBJECT_ID = "4436b3bd-1348-45fe-aa0b-9c44e8cb1215"
+
+K8S_VERSION = "1.30.4"
+
+CLUSTER_RG = "rg-aks"
+CLUSTER_NAME = "aks-one"
+CLUSTER_ID = (
+    f"/subscriptions/{SUBSCRIPTION_ID}/resourceGroups/{CLUSTER_RG}"
+    f"/providers/Microsoft.ContainerService/managedClusters/{CLUSTER_NAME}"
+)
+
+# A second cluster (same subscription, other resource group, newer Kubernetes) for
+# "leave one cluster, join another" tests.
+CLUSTER2_RG = "rg-aks-two"
+CLUSTER2_NAME = "aks-two"
+CLUSTER2_K8S_VERSION = "1.31.2"
+CLUSTER2_ID = (
+    f"/subscriptions/{SUBSCRIPTION_ID}/resourceGroups/{CLUSTER2_RG}"
+    f"/providers/Microsoft.ContainerService/managedClusters/{CLUSTER2_NAME}"
+)
+
+# A resource group with no cluster, for Arc machines kept apart from the cluster.
+ARC_RG = "rg-arc"
+
+# ARM audience and scope (azure-wire.md §2.1: the scope is always this, even with a custom base_url).
+ARM_AUDIENCE = "https://management.azure.com"
+ARM_SCOPE = "https://management.azure.com/.default"
+
+# AKS AAD server application ID, "the same in all environments" (azure-wire.md §3.5).
+AKS_SERVER_APP_ID = "6dae42f8-4368-4678-94ff-3960e28e3630"
+# The public client kubelogin uses (azure-wire.md §3.5).
+KUBELOGIN_CLIENT_ID = "80faf920-1908-4b52-b5ef-a8e7bedfc67a"
+
+# Built-in role definition GUIDs (azure-wire.md §1c; Owner, Contributor and User Access
+# Administrator from Learn "Azure built-in roles", general.md / privileged.md).
+ROLE_OWNER = "8e3af657-a8ff-443c-a75f-2beee8dd80d6"
+ROLE_CONTRIBUTOR = "b24988ac-6180-42a0-ab88-20f7382dd24c"
+ROLE_USER_ACCESS_ADMIN = "18d7d88d-d35e-4fb5-a5c3-7773c20a72d9"
+ROLE_READER = "acdd72a7-3385-48ef-bd42-f606fba81ae7"
+ROLE_AKS_RBAC_CLUSTER_ADMIN = "b1ff04bb-8a4e-4dc4-8eb5-8693973ce19b"
+ROLE_AKS_CLUSTER_ADMIN = "0ab0b1a8-8aac-4efd-b8c2-3ee1fb270be8"
+ROLE_AKS_CLUSTER_USER = "4abbcc35-e782-43d8-92c5-2d3f1bd2253f"
+ROLE_CONNECTED_MACHINE_ONBOARDING = "b64e21ea-ac4e-4cdf-9dc9-5b892992bee7"
+# upstream-go-agent.md §7 (#306): "Azure Kubernetes Service Flex Node Agent Role".
+ROLE_AKS_FLEX_NODE_AGENT = "8f139b0f-7eaf-460b-a9da-5b1246d9ed0d"
+
+# Roles that let a principal use the kube-apiserver stand-in (its Azure RBAC check).
+APISERVER_ROLES = (ROLE_AKS_RBAC_CLUSTER_ADMIN, ROLE_AKS_FLEX_NODE_AGENT)
+
+# api-versions of interest (azure-wire.md "api-versions per SDK version" and the Debian appendix).
+HYBRIDCOMPUTE_API_CURRENT = "2026-07-15"  # azure-mgmt-hybridcompute 10.0.0: begin_delete, 202/204
+HYBRIDCOMPUTE_API_DEBIAN = "2022-08-11-preview"  # 8.0.0b1: sync delete, 200/204
+AUTHORIZATION_API = "2022-04-01"
+CONTAINERSERVICE_API_CURRENT = "2026-08-01"
+CONTAINERSERVICE_API_DEBIAN = "2022-11-01"
+
+# Every secret the emulator mints starts with one of these, so a test can grep a log or a
+# file for them to prove that no token or key leaked.
+TOKEN_PREFIX = "emuat."
+HIMDS_KEY_PREFIX = "emukey."
+
+AZCMAGENT_VERSION = "1.50.02896.1234"
+
+# Substrings that only ever occur inside a secret: grep logs and world-readable files for these.
+SECRET_MARKERS = (TOKEN_PREFIX, HIMDS_KEY_PREFIX, "emu-sp-secret.", "emu-reader-secret.")

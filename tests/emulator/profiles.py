@@ -1,0 +1,172 @@
+"""Profiles: the emulator's starting world, and the settings tests may change at runtime.
+
+A profile is the initial directory (principals), subscriptions, resource groups, clusters
+and settings. `POST /_emulator/reset` goes back to the profile's initial world.
+"""
+
+import copy
+
+from tests.emulator import constants as c
+
+# Every runtime setting, its default and its type. POST /_emulator/settings accepts only these.
+SETTINGS = {
+    # Seconds after a role assignment is created before the kube-apiserver stand-in honours it
+    # (azure-wire.md §5.4: "up to 10 minutes" in Azure; 1 s keeps tests fast but non-zero).
+    "rbac_propagation_delay": (1.0, float),
+    # Seconds after a principal is created during which a role assignment without
+    # principalType=ServicePrincipal fails with PrincipalNotFound (azure-wire.md §1b).
+    "principal_replication_delay": (10.0, float),
+    # Seconds before a new Arc machine's identity.principalId shows in GET (upstream polls for it).
+    "arc_identity_delay": (0.0, float),
+    # Lifetimes of the tokens the emulator mints.
+    "arm_token_lifetime": (3599, int),
+    "himds_token_lifetime": (3600, int),
+    # Seconds a HIMDS challenge key stays valid (azure-wire.md §3.3: ~60 s, unverified).
+    "himds_key_ttl": (60.0, float),
+    # "auto": 202 + Azure-AsyncOperation for api-versions >= 2025 (hybridcompute 10.x
+    # begin_delete), 200 before (9.x/8.x delete); "204": always 204 (azure-wire.md key finding 2).
+    "machine_delete_mode": ("auto", str),
+    # Seconds an accepted machine DELETE stays InProgress before it succeeds.
+    "lro_delay": (0.0, float),
+    # Retry-After on the 202 of a DELETE; None leaves it out, so clients poll at their own
+    # polling_interval (azure-wire.md key finding 7).
+    "lro_retry_after": (None, int),
+    # Page size of list operations; a smaller value makes clients follow nextLink.
+    "page_size": (100, int),
+    # How a role assignment's roleDefinitionId is written back: "subscription"
+    # (/subscriptions/{sub}/providers/...) or "provider" (/providers/..., as in the spec
+    # examples). Clients must compare by the trailing GUID (azure-wire.md §1b).
+    "role_definition_id_style": ("subscription", str),
+    # Role assignments allowed per subscription (azure-wire.md §5.5: 4,000 in Azure).
+    "role_assignment_limit": (4000, int),
+    # Resource-provider namespaces not registered on the subscription: requests to them get
+    # 409 MissingSubscriptionRegistration (azure-wire.md §1f).
+    "unregistered_providers": ([], list),
+}
+
+_CHOICES = {
+    "machine_delete_mode": ("auto", "204"),
+    "role_definition_id_style": ("subscription", "provider"),
+}
+
+
+class SettingsError(ValueError):
+    pass
+
+
+def validate_settings(changes):
+    """Check a settings update; returns the normalised values or raises SettingsError naming each problem."""
+    if not isinstance(changes, dict):
+        raise SettingsError(f"settings: expected a JSON object, got {type(changes).__name__}")
+    out, problems = {}, []
+    for key, value in changes.items():
+        if key not in SETTINGS:
+            problems.append(f"{key}: unknown setting; expected one of {', '.join(sorted(SETTINGS))}")
+            continue
+        default, kind = SETTINGS[key]
+        if value is None and default is None:
+            out[key] = None
+        elif kind is float and isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            out[key] = float(value)
+        elif kind is int and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            out[key] = value
+        elif kind is str and isinstance(value, str) and value in _CHOICES.get(key, (value,)):
+            out[key] = value
+        elif kind is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = [v.lower() for v in value]
+        else:
+            if kind is str:
+                expected = "one of " + ", ".join(repr(v) for v in _CHOICES[key])
+            elif kind is list:
+                expected = "a list of strings"
+            else:
+                expected = f"a non-negative {'number' if kind is float else 'integer'}"
+                if default is None:
+                    expected += " or null"
+            problems.append(f"{key} = {value!r}: expected {expected}")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return out
+
+
+def default_settings():
+    return {k: copy.deepcopy(v[0]) for k, v in SETTINGS.items()}
+
+
+def _cluster(sub, rg, name, version, *, azure_rbac=True, local_accounts=True):
+    return {
+        "subscription": sub,
+        "resource_group": rg,
+        "name": name,
+        "location": c.LOCATION,
+        "kubernetes_version": version,
+        "azure_rbac": azure_rbac,
+        "local_accounts": local_accounts,
+    }
+
+
+def _default_world():
+    return {
+        "subscriptions": [c.SUBSCRIPTION_ID],
+        "resource_groups": [
+            (c.SUBSCRIPTION_ID, c.CLUSTER_RG),
+            (c.SUBSCRIPTION_ID, c.CLUSTER2_RG),
+            (c.SUBSCRIPTION_ID, c.ARC_RG),
+        ],
+        "principals": [
+            {"object_id": c.SP_OBJECT_ID, "client_id": c.SP_CLIENT_ID, "secret": c.SP_CLIENT_SECRET,
+             "display_name": "aks-flex-node-operator", "role": c.ROLE_OWNER},
+            {"object_id": c.READER_SP_OBJECT_ID, "client_id": c.READER_SP_CLIENT_ID,
+             "secret": c.READER_SP_CLIENT_SECRET, "display_name": "aks-flex-node-reader", "role": c.ROLE_READER},
+            {"object_id": c.CERT_SP_OBJECT_ID, "client_id": c.CERT_SP_CLIENT_ID, "certificate": True,
+             "display_name": "aks-flex-node-operator-cert", "role": c.ROLE_OWNER},
+        ],
+        "clusters": [
+            _cluster(c.SUBSCRIPTION_ID, c.CLUSTER_RG, c.CLUSTER_NAME, c.K8S_VERSION),
+            _cluster(c.SUBSCRIPTION_ID, c.CLUSTER2_RG, c.CLUSTER2_NAME, c.CLUSTER2_K8S_VERSION),
+        ],
+        "settings": {},
+    }
+
+
+def _slow_propagation():
+    world = _default_world()
+    world["settings"] = {"rbac_propagation_delay": 5.0, "arc_identity_delay": 3.0, "principal_replication_delay": 30.0}
+    return world
+
+
+def _no_azure_rbac():
+    world = _default_world()
+    world["clusters"][0]["azure_rbac"] = False
+    return world
+
+
+def _local_accounts_disabled():
+    world = _default_world()
+    world["clusters"][0]["local_accounts"] = False
+    return world
+
+
+def _unregistered_providers():
+    world = _default_world()
+    world["settings"] = {"unregistered_providers": ["microsoft.hybridcompute"]}
+    return world
+
+
+PROFILES = {
+    "default": _default_world,
+    # RBAC and Arc identity that take a while to show up, as in real Azure.
+    "slow-propagation": _slow_propagation,
+    # The first cluster lacks Azure RBAC (aadProfile.enableAzureRBAC=false): joining must be refused.
+    "no-azure-rbac": _no_azure_rbac,
+    # The first cluster disables local accounts: listClusterAdminCredential answers 400.
+    "local-accounts-disabled": _local_accounts_disabled,
+    # Microsoft.HybridCompute is not registered: the SDK's auto-registration policy kicks in.
+    "unregistered-providers": _unregistered_providers,
+}
+
+
+def world(profile):
+    if profile not in PROFILES:
+        raise SettingsError(f"--profile {profile!r}: unknown profile; expected one of {', '.join(sorted(PROFILES))}")
+    return PROFILES[profile]()

@@ -1,0 +1,141 @@
+"""A throwaway CA and the certificates the emulator serves, kept in the state directory.
+
+Generated once per state directory and reused, so a restarted emulator keeps the CA the
+clients already trust (and startup stays fast). EC P-256 keys: quick to generate.
+"""
+
+import datetime
+import ipaddress
+import os
+import pathlib
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_FILE = "ca.pem"
+CA_KEY_FILE = "ca-key.pem"
+SERVER_CERT_FILE = "server.pem"
+SERVER_KEY_FILE = "server-key.pem"
+
+_VALIDITY = datetime.timedelta(days=3650)
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
+def _write_private(path, data):
+    """Write key material readable by the owner only (0600) from the first byte on."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _key_pem(key):
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _name(common_name, org=None):
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+class CertificateAuthority:
+    """The emulator CA: signs the server certificate and client certificates on demand."""
+
+    def __init__(self, cert, key):
+        self.cert = cert
+        self.key = key
+
+    @property
+    def pem(self):
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(self, common_name, *, org=None, server_names=(), client=False):
+        """Sign a leaf certificate; returns (cert_pem, key_pem)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = _now()
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name, org))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + _VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
+        if server_names:
+            alt = []
+            for n in server_names:
+                try:
+                    alt.append(x509.IPAddress(ipaddress.ip_address(n)))
+                except ValueError:
+                    alt.append(x509.DNSName(n))
+            builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def _new_ca():
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _now()
+    subject = _name("aks-flex-node test emulator CA")
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                crl_sign=True, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return CertificateAuthority(cert, key)
+
+
+def ensure_pki(state_dir):
+    """Load or create the CA and the 127.0.0.1/localhost server certificate in state_dir.
+
+    Returns (ca, paths) where paths has "ca", "cert" and "key".
+    """
+    state_dir = pathlib.Path(state_dir)
+    ca_path = state_dir / CA_FILE
+    ca_key_path = state_dir / CA_KEY_FILE
+    cert_path = state_dir / SERVER_CERT_FILE
+    key_path = state_dir / SERVER_KEY_FILE
+    if ca_path.exists() and ca_key_path.exists():
+        ca = CertificateAuthority(
+            x509.load_pem_x509_certificate(ca_path.read_bytes()),
+            serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None),
+        )
+    else:
+        ca = _new_ca()
+        _write_private(ca_key_path, _key_pem(ca.key))
+        ca_path.write_bytes(ca.pem)
+        ca_path.chmod(0o644)
+        cert_path.unlink(missing_ok=True)
+    if not (cert_path.exists() and key_path.exists()):
+        cert_pem, key_pem = ca.issue("127.0.0.1", server_names=("127.0.0.1", "localhost", "::1"))
+        _write_private(key_path, key_pem)
+        cert_path.write_bytes(cert_pem)
+    return ca, {"ca": str(ca_path), "cert": str(cert_path), "key": str(key_path)}

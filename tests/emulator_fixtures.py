@@ -1,0 +1,346 @@
+"""Pytest fixtures and helpers around the Azure emulator and the host-command stand-ins.
+
+tests/conftest.py imports these (`from tests.emulator_fixtures import *`):
+
+  emulator        session-scoped running emulator (an `Emulator`); shared, so prefer...
+  fresh_emulator  the same emulator, reset to its profile's initial world for this test
+  fake_host       a FakeHost(root, state_dir, env) for one test, wired to fresh_emulator;
+                  kills whatever the fake systemctl started when the test ends
+
+  start_emulator(state_dir, profile="default", extra_args=()) -> Emulator   (a context-free start)
+  fake_env(emulator, root, state_dir) -> dict   the environment for our CLI under test
+  stop_fake_units(state_dir)                    kill processes the fake systemctl launched
+"""
+
+import json
+import os
+import pathlib
+import select
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.emulator import constants
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+FAKES_BIN = REPO_ROOT / "tests" / "fakes" / "bin"
+START_TIMEOUT = 20
+
+__all__ = ["Emulator", "EmulatorError", "FakeHost", "emulator", "fresh_emulator", "fake_host", "fake_env",
+           "start_emulator", "stop_fake_units", "FAKES_BIN"]
+
+
+class EmulatorError(Exception):
+    pass
+
+
+class Emulator:
+    """A running emulator process: its endpoints and a small stdlib client for the admin API."""
+
+    def __init__(self, endpoints, process, state_dir):
+        self.endpoints = endpoints
+        self.process = process
+        self.state_dir = pathlib.Path(state_dir)
+        self.arm = endpoints["arm"]
+        self.authority = endpoints["authority"]
+        self.himds = endpoints["himds"]
+        self.artifacts = endpoints["artifacts"]
+        self.apiserver = endpoints["apiserver"]
+        self.apiservers = endpoints["apiservers"]
+        self.admin_url = endpoints["admin"]
+        self.ca_bundle = endpoints["ca_bundle"]
+        self.himds_key_dir = endpoints["himds_key_dir"]
+        self.pid = endpoints["pid"]
+        self.ssl_context = ssl.create_default_context(cafile=self.ca_bundle)
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                                   urllib.request.HTTPSHandler(context=self.ssl_context))
+
+    # -- raw HTTP ------------------------------------------------------------------------
+
+    def http(self, method, url, body=None, headers=None, form=None):
+        """(status, headers, parsed JSON or text) for any emulator URL; never raises on HTTP errors."""
+        headers = dict(headers or {})
+        data = None
+        if form is not None:
+            data = urllib.parse.urlencode(form).encode()
+            headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        elif body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with self._opener.open(request, timeout=30) as resp:
+                status, resp_headers, raw = resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as e:
+            status, resp_headers, raw = e.code, e.headers, e.read()
+        ctype = resp_headers.get("Content-Type", "")
+        payload = raw
+        if "json" in ctype and raw:
+            payload = json.loads(raw)
+        elif ctype.startswith("text/"):
+            payload = raw.decode()
+        return status, resp_headers, payload
+
+    def admin(self, method, path, body=None):
+        status, _, payload = self.http(method, f"{self.admin_url}/{path.lstrip('/')}", body)
+        if status >= 400:
+            raise EmulatorError(f"admin {method} {path}: HTTP {status}: {payload}")
+        return payload
+
+    # -- the admin API ---------------------------------------------------------------------
+
+    def state(self):
+        return self.admin("GET", "state")
+
+    def faults(self, rules):
+        """Append fault rules (see tests/emulator/faults.py); returns all rules in force."""
+        return self.admin("POST", "faults", rules)
+
+    def clear_faults(self):
+        return self.admin("DELETE", "faults")
+
+    def reset(self):
+        return self.admin("POST", "reset")
+
+    def settings(self, **changes):
+        return self.admin("POST", "settings", changes)
+
+    def bind_himds(self, machine_id):
+        return self.admin("POST", "himds/bind", {"machine_id": machine_id})
+
+    def add_cluster(self, **spec):
+        """Add a cluster (name, resource_group, ...); returns {"id", "apiserver"}."""
+        return self.admin("POST", "clusters", spec)
+
+    def mint_token(self, principal_id, audience=constants.AKS_SERVER_APP_ID, lifetime=3600):
+        return self.admin("POST", "tokens", {"principal_id": principal_id, "audience": audience,
+                                             "lifetime": lifetime})["access_token"]
+
+    def requests(self, server=None, method=None, path_contains=None):
+        """The request log, filtered."""
+        out = []
+        for r in self.state()["requests"]:
+            if server and r["server"] != server:
+                continue
+            if method and r["method"] != method.upper():
+                continue
+            if path_contains and path_contains.lower() not in r["path"].lower():
+                continue
+            out.append(r)
+        return out
+
+    def apiserver_for(self, cluster_id):
+        for cl in self.state()["clusters"]:
+            if cl["id"].lower() == cluster_id.lower():
+                return cl["apiserver"]
+        raise EmulatorError(f"no cluster {cluster_id} in the emulator")
+
+    # -- convenience for tests that talk to Azure directly --------------------------------
+
+    def arm_token(self, client_id=constants.SP_CLIENT_ID, secret=constants.SP_CLIENT_SECRET,
+                  scope=constants.ARM_SCOPE):
+        status, _, body = self.http("POST", f"{self.authority}/{constants.TENANT_ID}/oauth2/v2.0/token",
+                                    form={"grant_type": "client_credentials", "client_id": client_id,
+                                          "client_secret": secret, "scope": scope})
+        if status != 200:
+            raise EmulatorError(f"token request failed: HTTP {status}: {body}")
+        return body["access_token"]
+
+    def arm_call(self, method, path, api_version, body=None, token=None):
+        """(status, headers, body) of an ARM call as the operator SP (or with `token`)."""
+        token = token or self.arm_token()
+        sep = "&" if "?" in path else "?"
+        return self.http(method, f"{self.arm}{path}{sep}api-version={api_version}", body,
+                         {"Authorization": f"Bearer {token}"})
+
+    def credential_kwargs(self):
+        """Keyword arguments for azure-identity credentials pointed at the emulator, for the
+        installed azure-identity (the instance-discovery keyword differs: azure-wire.md appendix)."""
+        import azure.identity
+
+        kwargs = {"authority": self.authority, "connection_verify": self.ca_bundle}
+        version = tuple(int(p) for p in azure.identity.__version__.split(".")[:2])
+        if version < (1, 13) or azure.identity.__version__.startswith("1.13.0b"):
+            kwargs["instance_discovery"] = False
+        else:
+            kwargs["disable_instance_discovery"] = True
+        return kwargs
+
+    def mgmt_kwargs(self):
+        """Keyword arguments for the azure-mgmt-* clients pointed at the emulator."""
+        return {"base_url": self.arm, "credential_scopes": [constants.ARM_SCOPE],
+                "connection_verify": self.ca_bundle}
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def stop(self, timeout=10):
+        """SIGTERM, then wait; returns the exit code (SIGKILL after `timeout`)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout:
+            self.process.stdout.close()
+        return self.process.returncode
+
+
+def start_emulator(state_dir, profile="default", extra_args=(), env=None):
+    """Start `python -m tests.emulator` (this interpreter) and wait for its JSON line."""
+    state_dir = pathlib.Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + child_env["PYTHONPATH"]
+                                                if child_env.get("PYTHONPATH") else "")
+    argv = [sys.executable, "-m", "tests.emulator", "--state-dir", str(state_dir), "--profile", profile,
+            "--exit-with-parent", *extra_args]
+    stderr = open(state_dir / "stderr.log", "ab")
+    process = subprocess.Popen(argv, cwd=REPO_ROOT, env=child_env, stdout=subprocess.PIPE, stderr=stderr,
+                               stdin=subprocess.DEVNULL)
+    stderr.close()
+    deadline = time.time() + START_TIMEOUT
+    line = b""
+    while time.time() < deadline and not line.endswith(b"\n"):
+        ready, _, _ = select.select([process.stdout], [], [], 0.1)
+        if ready:
+            chunk = os.read(process.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            line += chunk
+        elif process.poll() is not None:
+            break
+    if not line.endswith(b"\n"):
+        process.kill()
+        process.wait()
+        err = (state_dir / "stderr.log").read_text(errors="replace")
+        raise EmulatorError(f"the emulator did not start (exit {process.returncode}); stderr:\n{err}")
+    return Emulator(json.loads(line), process, state_dir)
+
+
+def fake_env(emulator, root, state_dir):
+    """The environment to give our CLI (as a subprocess) so that the stand-ins and the emulator
+    are what it finds: fakes first on PATH, AKS_FLEX_NODE_HOST_BIN, FAKE_* for the stand-ins,
+    no proxy for loopback, and no REQUESTS_CA_BUNDLE (the CA must come from our config)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY",
+                        "http_proxy", "AZURE_AUTHORITY_HOST", "IDENTITY_ENDPOINT", "IMDS_ENDPOINT")}
+    env.update({
+        "PATH": f"{FAKES_BIN}{os.pathsep}{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
+        "AKS_FLEX_NODE_HOST_BIN": str(FAKES_BIN),
+        "FAKE_STATE_DIR": str(state_dir),
+        "FAKE_ROOT": str(root),
+        "FAKE_AZURE_ARM": emulator.arm,
+        "FAKE_AZURE_CA_BUNDLE": emulator.ca_bundle,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    })
+    return env
+
+
+def _pid_alive(pid, starttime):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and fields[19] == starttime
+
+
+def stop_fake_units(state_dir):
+    """Kill every process the fake systemctl launched (recorded in systemd.json); returns their pids."""
+    path = pathlib.Path(state_dir) / "systemd.json"
+    if not path.exists():
+        return []
+    killed = []
+    units = json.loads(path.read_text()).get("units", {})
+    for record in units.values():
+        pid, starttime = record.get("pid"), record.get("starttime")
+        if pid and _pid_alive(pid, starttime):
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            killed.append(pid)
+    deadline = time.time() + 5
+    for record in units.values():
+        while record.get("pid") in killed and _pid_alive(record["pid"], record.get("starttime")) \
+                and time.time() < deadline:
+            time.sleep(0.05)
+        if record.get("pid") in killed and _pid_alive(record["pid"], record.get("starttime")):
+            os.killpg(record["pid"], signal.SIGKILL)
+    return killed
+
+
+class FakeHost:
+    """A scratch node: `root` (FAKE_ROOT), `state_dir` (FAKE_STATE_DIR) and the `env` for our CLI."""
+
+    def __init__(self, emulator, base):
+        self.root = base / "root"
+        self.state_dir = base / "fake-state"
+        self.root.mkdir(parents=True)
+        self.state_dir.mkdir(parents=True)
+        self.emulator = emulator
+        self.env = fake_env(emulator, self.root, self.state_dir)
+
+    def path(self, node_path):
+        return self.root / node_path.lstrip("/")
+
+    def calls(self, command=None):
+        """The recorded invocations of the stand-ins (argv lists), optionally of one command."""
+        path = self.state_dir / "calls.jsonl"
+        if not path.exists():
+            return []
+        entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [e["argv"] for e in entries if command is None or e["command"] == command]
+
+    def fake_state(self, name):
+        """A stand-in's state file (systemd.json, kernel.json, azcmagent.json...) or {}."""
+        path = self.state_dir / name
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def fail(self, command, message="injected failure", verb=None):
+        """Make a stand-in exit 1 with `message` on stderr (optionally only for one verb)."""
+        (self.state_dir / f"fail-{command}{'-' + verb if verb else ''}").write_text(message)
+
+    def stop_units(self):
+        return stop_fake_units(self.state_dir)
+
+
+# One emulator per pytest process, however many modules import the fixture (tests/conftest.py
+# re-exports it, and a test module may import it too): reference-counted, stopped by the last user.
+_shared = {"emulator": None, "users": 0}
+
+
+@pytest.fixture(scope="session")
+def emulator(tmp_path_factory):
+    if _shared["emulator"] is None:
+        _shared["emulator"] = start_emulator(tmp_path_factory.mktemp("emulator"))
+    _shared["users"] += 1
+    yield _shared["emulator"]
+    _shared["users"] -= 1
+    if _shared["users"] == 0:
+        _shared["emulator"].stop()
+        _shared["emulator"] = None
+
+
+@pytest.fixture
+def fresh_emulator(emulator):
+    emulator.reset()
+    yield emulator
+    emulator.clear_faults()
+
+
+@pytest.fixture
+def fake_host(fresh_emulator, tmp_path):
+    host = FakeHost(fresh_emulator, tmp_path)
+    yield host
+    host.stop_units()

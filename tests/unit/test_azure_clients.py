@@ -1,0 +1,139 @@
+"""Client construction, retries and thread safety, with the real SDK clients against the emulator."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from aks_flex_node.azure import aks, arc
+from aks_flex_node.azure.clients import Clients, proxies_for
+from aks_flex_node.clouds import CUSTOM, CloudEndpoints
+from aks_flex_node.errors import TemporaryError
+from tests.emulator import constants as C
+from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.unit.test_azure_fixtures import put_machine
+
+
+class ClusterRef:
+    subscription_id, resource_group, name = C.SUBSCRIPTION_ID, C.CLUSTER_RG, C.CLUSTER_NAME
+
+
+def test_one_client_per_service_and_subscription_across_threads(azure_clients):
+    seen, barrier = [], threading.Barrier(8)
+
+    def build():
+        barrier.wait()
+        seen.append(azure_clients.hybridcompute(C.SUBSCRIPTION_ID))
+
+    threads = [threading.Thread(target=build) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(c) for c in seen}) == 1
+    assert azure_clients.hybridcompute(C.SUBSCRIPTION_ID.upper()) is seen[0]
+    assert azure_clients.authorization(C.SUBSCRIPTION_ID) is not seen[0]
+
+
+def test_concurrent_calls_share_the_clients(fresh_emulator, azure_clients):
+    put_machine(fresh_emulator, "m1")
+    results, errors = [], []
+
+    def work():
+        try:
+            results.append(arc.get_machine(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1").name)
+            results.append(aks.get_cluster(azure_clients, ClusterRef).name)
+        except Exception as err:  # collected, asserted below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(results) == sorted(["m1", C.CLUSTER_NAME] * 6)
+
+
+def test_calls_go_to_the_configured_arm_with_its_ca(fresh_emulator, azure_clients):
+    aks.get_cluster(azure_clients, ClusterRef)
+    gets = fresh_emulator.requests(server="arm", method="GET", path_contains="managedClusters")
+    assert gets and gets[-1]["status"] == 200
+
+
+def test_throttled_get_waits_for_retry_after(fresh_emulator, azure_clients):
+    put_machine(fresh_emulator, "m1")
+    fresh_emulator.faults([{
+        "match": {"method": "GET", "path_regex": "machines/m1", "times": 1},
+        "respond": {"status": 429, "headers": {"Retry-After": "1"},
+                    "body": {"error": {"code": "TooManyRequests", "message": "throttled"}}},
+    }])
+    started = time.monotonic()
+    assert arc.get_machine(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1").name == "m1"
+    assert time.monotonic() - started >= 0.9
+    statuses = [r["status"] for r in fresh_emulator.requests(server="arm", method="GET", path_contains="machines/m1")]
+    assert statuses[-2:] == [429, 200]
+
+
+def test_throttled_post_with_retry_after_is_retried(fresh_emulator, azure_clients):
+    # azure-core retries any method on a status >= 400 with Retry-After (azure-wire.md §5.2).
+    fresh_emulator.faults([{
+        "match": {"method": "POST", "path_regex": "listClusterUserCredential", "times": 1},
+        "respond": {"status": 429, "headers": {"Retry-After": "1"},
+                    "body": {"error": {"code": "TooManyRequests", "message": "throttled"}}},
+    }])
+    server, _ = aks.server_and_ca(azure_clients, ClusterRef)
+    assert server.startswith("https://127.0.0.1:")
+
+
+def test_persistent_server_errors_end_as_temporary(fresh_emulator, endpoints, operator):
+    fresh_emulator.faults([{
+        "match": {"method": "GET", "path_regex": "managedClusters"},
+        "respond": {"status": 503, "body": {"error": {"code": "ServiceUnavailable", "message": "down"}}},
+    }])
+    with Clients(endpoints, operator, backoff_factor=0.01) as clients:
+        with pytest.raises(TemporaryError, match="Azure answered 503 \\(ServiceUnavailable\\): down"):
+            aks.get_cluster(clients, ClusterRef)
+    attempts = fresh_emulator.requests(server="arm", method="GET", path_contains="managedClusters")
+    assert len(attempts) == 5  # the first try and RETRY_STATUS = 4 retries
+
+
+def test_dead_endpoint_fails_within_the_bound(endpoints, operator):
+    """Nothing listens: the production retry settings give up in seconds, as exit 75."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dead = CloudEndpoints(CUSTOM, f"https://127.0.0.1:{port}", endpoints.authority, C.ARM_SCOPE, endpoints.ca_bundle)
+    started = time.monotonic()
+    with Clients(dead, operator) as clients:
+        with pytest.raises(TemporaryError, match="cannot reach Azure"):
+            aks.get_cluster(clients, ClusterRef)
+    assert time.monotonic() - started < 30
+
+
+def test_clients_from_a_config_object(fresh_emulator, endpoints, operator):
+    class Cfg:  # the attributes Clients reads from config.Config
+        https_proxy = "http://proxy.invalid:3128"
+        no_proxy = ["127.0.0.1", "localhost"]
+
+    Cfg.endpoints = endpoints
+    with Clients(Cfg, operator, polling_interval=0) as clients:
+        assert clients.proxies == {}  # the ARM host is in no_proxy: no proxy for it
+        assert aks.get_cluster(clients, ClusterRef).name == C.CLUSTER_NAME
+
+
+@pytest.mark.parametrize("url, proxy, no_proxy, expected", [
+    ("https://management.azure.com", "", "", None),
+    ("https://management.azure.com", "http://p:3128", "", {"https": "http://p:3128"}),
+    ("https://management.azure.com", "http://p:3128", ".azure.com,localhost", {}),
+    ("https://management.azure.com", "http://p:3128", ["example.org", "management.azure.com"], {}),
+    ("https://login.microsoftonline.com", "http://p:3128", ".azure.com", {"https": "http://p:3128"}),
+])
+def test_proxies_for(url, proxy, no_proxy, expected):
+    assert proxies_for(url, proxy, no_proxy) == expected
+
+
+def test_empty_subscription_is_refused(azure_clients):
+    with pytest.raises(ValueError, match="subscription_id = '': expected a subscription GUID"):
+        azure_clients.hybridcompute("")

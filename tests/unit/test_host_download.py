@@ -1,0 +1,440 @@
+"""Downloader against a threaded loopback HTTP(S) server that counts its requests."""
+
+import datetime
+import hashlib
+import ipaddress
+import logging
+import os
+import socket
+import ssl
+import stat
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from aks_flex_node.errors import ExitCode, TemporaryError
+from aks_flex_node.host import (
+    ChecksumMismatch,
+    DownloadError,
+    Downloader,
+    DownloadUnavailable,
+    Host,
+)
+from aks_flex_node.host.download import parse_checksums
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+class ArtifactServer:
+    """Serves bodies by path; a route can fail a few times first, answer slowly, redirect,
+    or cut the body short. Records every request (and whether it came as a proxy request)."""
+
+    def __init__(self, tls=None):
+        self.routes = {}
+        self.requests = []
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                proxied = self.path.startswith("http://")
+                path = urllib.parse.urlsplit(self.path).path if proxied else self.path
+                with server.lock:
+                    server.requests.append((path, proxied, self.headers.get("User-Agent")))
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    route = server.routes.get(path)
+                    first = route["before"].pop(0) if route and route["before"] else None
+                try:
+                    if route is None:
+                        return self._send(404, b"not found")
+                    time.sleep(route["delay"])
+                    if first == "truncate":
+                        return self._send(200, route["body"][:len(route["body"]) // 2],
+                                          length=len(route["body"]))
+                    if isinstance(first, int):
+                        return self._send(first, b"failing")
+                    if route["redirect"]:
+                        return self._send(302, b"", headers={"Location": route["redirect"]})
+                    return self._send(route["status"], route["body"])
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+            def _send(self, status, body, length=None, headers=None):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body) if length is None else length))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                if length is not None:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(body)
+                if length is not None:
+                    self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.scheme = "http"
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+            self.scheme = "https"
+        self.origin = f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                       daemon=True)
+        self.thread.start()
+
+    def serve(self, path, body=b"", status=200, before=(), delay=0.0, redirect=None):
+        """`before`: what the first requests get (an HTTP status, or "truncate")."""
+        self.routes[path] = {"body": body, "status": status, "before": list(before),
+                             "delay": delay, "redirect": redirect}
+        return self.origin + path
+
+    def count(self, path):
+        return sum(1 for p, _, _ in self.requests if p == path)
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def server():
+    s = ArtifactServer()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return tmp_path / "root" / "var/cache/aks-flex-node"
+
+
+def downloader(cache, **kw):
+    kw.setdefault("env", {})
+    kw.setdefault("backoff", 0.01)
+    return Downloader(cache, **kw)
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- fetch -------------------------------------------------------------------------------
+
+
+def test_fetch_downloads_verifies_and_caches_by_hash(server, cache, caplog):
+    body = os.urandom(300_000)
+    url = server.serve("/v1.30.4/bin/linux/amd64/kubelet", body)
+    caplog.set_level(logging.INFO, logger="aks_flex_node.host.download")
+    path = downloader(cache).fetch(url, sha(body).upper())
+    assert path == cache / f"{sha(body)}-kubelet"
+    assert path.read_bytes() == body
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert os.listdir(cache) == [path.name]  # no temp file left
+    assert server.count("/v1.30.4/bin/linux/amd64/kubelet") == 1
+    assert server.requests[0][2].startswith("aks-flex-node/")
+    assert f"downloaded {url}: 300000 bytes in " in caplog.text
+
+
+def test_cache_hit_makes_no_request(server, cache):
+    body = b"runc binary"
+    url = server.serve("/runc.amd64", body)
+    first = downloader(cache).fetch(url, sha(body))
+    again = downloader(cache).fetch(url, sha(body))  # a new instance: the cache is on disk
+    assert again == first
+    assert server.count("/runc.amd64") == 1
+
+
+def test_corrupted_cache_entry_is_downloaded_again(server, cache):
+    body = b"containerd tarball"
+    url = server.serve("/containerd.tar.gz", body)
+    path = downloader(cache).fetch(url, sha(body))
+    path.write_bytes(b"bit rot")
+    assert downloader(cache).fetch(url, sha(body)).read_bytes() == body
+    assert server.count("/containerd.tar.gz") == 2
+
+
+def test_checksum_mismatch_names_url_and_both_hashes_and_keeps_nothing(server, cache):
+    url = server.serve("/cni.tgz", b"tampered")
+    wanted = sha(b"genuine")
+    with pytest.raises(ChecksumMismatch) as caught:
+        downloader(cache).fetch(url, wanted)
+    message = str(caught.value)
+    assert url in message and wanted in message and sha(b"tampered") in message
+    assert caught.value.exit_code == ExitCode.FAILED
+    assert os.listdir(cache) == []
+    assert server.count("/cni.tgz") == 1  # a wrong hash is not retried
+
+
+def test_404_is_a_permanent_error_naming_url_and_status(server, cache):
+    url = server.origin + "/missing.tgz"
+    with pytest.raises(DownloadError) as caught:
+        downloader(cache).fetch(url, sha(b"x"))
+    assert not isinstance(caught.value, TemporaryError)
+    assert url in str(caught.value) and "HTTP 404" in str(caught.value)
+    assert server.count("/missing.tgz") == 1
+
+
+def test_500_is_retried_then_a_temporary_error(server, cache):
+    url = server.serve("/flaky", b"x", status=500)
+    with pytest.raises(DownloadUnavailable) as caught:
+        downloader(cache, attempts=3).fetch(url, sha(b"x"))
+    err = caught.value
+    assert isinstance(err, TemporaryError) and err.exit_code == ExitCode.TEMPFAIL == 75
+    assert url in str(err) and "HTTP 500" in str(err) and "after 3 attempts" in str(err)
+    assert server.count("/flaky") == 3
+    assert os.listdir(cache) == []
+
+
+def test_transient_failures_then_success(server, cache):
+    body = b"eventually"
+    url = server.serve("/later", body, before=[503, "truncate", 429])
+    assert downloader(cache, attempts=4).fetch(url, sha(body)).read_bytes() == body
+    assert server.count("/later") == 4
+
+
+def test_redirect_is_followed(server, cache):
+    body = b"release asset"
+    server.serve("/objects/asset", body)
+    url = server.serve("/releases/download/v1/asset", redirect=server.origin + "/objects/asset")
+    assert downloader(cache).fetch(url, sha(body)).name == f"{sha(body)}-asset"
+
+
+def test_connection_refused_and_timeout_are_temporary(server, cache):
+    refused = f"http://127.0.0.1:{closed_port()}/x"
+    with pytest.raises(DownloadUnavailable, match="after 2 attempts"):
+        downloader(cache, attempts=2).fetch(refused, sha(b"x"))
+    slow = server.serve("/slow", b"x", delay=1.0)
+    started = time.monotonic()
+    with pytest.raises(DownloadUnavailable, match="timed out"):
+        downloader(cache, attempts=1, timeout=0.2).fetch(slow, sha(b"x"))
+    assert time.monotonic() - started < 1.0
+
+
+def test_concurrent_fetches(server, cache):
+    bodies = {f"/artifact-{i}": os.urandom(50_000 + i) for i in range(4)}
+    urls = {p: server.serve(p, b, delay=0.2) for p, b in bodies.items()}
+    d = downloader(cache)
+    results, errors = {}, []
+
+    def fetch(path):
+        try:
+            results.setdefault(path, []).append(d.fetch(urls[path], sha(bodies[path])))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=fetch, args=(p,)) for p in bodies for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    for path, body in bodies.items():
+        assert [p.read_bytes() for p in results[path]] == [body, body]
+        assert server.count(path) == 1  # two threads, one download
+    assert server.max_in_flight >= 2  # different artifacts did download side by side
+    assert sorted(os.listdir(cache)) == sorted(f"{sha(b)}-{p[1:]}" for p, b in bodies.items())
+
+
+def test_bad_arguments_are_rejected(cache, tmp_path):
+    d = downloader(cache)
+    with pytest.raises(ValueError, match="sha256 = 'abc': expected 64 hexadecimal"):
+        d.fetch("https://example.invalid/x", "abc")
+    with pytest.raises(ValueError, match="url = 'ftp://h/x': expected an http:// or https://"):
+        d.fetch("ftp://h/x", "0" * 64)
+    with pytest.raises(ValueError, match="proxy = 'proxy:3128': expected an http"):
+        downloader(cache, proxy="proxy:3128")
+    with pytest.raises(ValueError, match="ca_bundle = .*nope.pem.*: expected a PEM file"):
+        downloader(cache, ca_bundle=str(tmp_path / "nope.pem"))
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate")
+    with pytest.raises(ValueError, match="junk.pem.*not a usable PEM bundle"):
+        downloader(cache, ca_bundle=str(junk))
+
+
+# ---- proxies ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_proxy_in_process_env(monkeypatch):
+    # urllib also consults os.environ's no_proxy; keep the test's outcome independent of it.
+    for name in ("no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_proxy_argument_carries_the_request(server, cache, no_proxy_in_process_env):
+    body = b"via proxy"
+    server.serve("/pkg.tgz", body)
+    # The host name never resolves: only the proxy (our loopback server) is contacted.
+    url = "http://artifacts.example.invalid/pkg.tgz"
+    assert downloader(cache, proxy=server.origin).fetch(url, sha(body)).read_bytes() == body
+    assert server.requests == [("/pkg.tgz", True, server.requests[0][2])]
+
+
+def test_proxy_from_environment_and_no_proxy(server, cache, no_proxy_in_process_env):
+    body = b"env proxy"
+    server.serve("/a", body)
+    d = downloader(cache, env={"HTTP_PROXY": server.origin})
+    d.fetch("http://mirror.example.invalid/a", sha(body))
+    assert server.requests[-1][:2] == ("/a", True)
+    dead_proxy = f"http://127.0.0.1:{closed_port()}"
+    # The lower-case spelling wins over the upper-case one, as with curl.
+    both = downloader(cache / "1", env={"HTTP_PROXY": dead_proxy, "http_proxy": server.origin})
+    both.fetch("http://mirror.example.invalid/a", sha(body))
+    assert server.requests[-1][:2] == ("/a", True)
+    dead_proxy = f"http://127.0.0.1:{closed_port()}"
+    direct = downloader(cache / "2",
+                        env={"http_proxy": dead_proxy, "no_proxy": "localhost,127.0.0.1"})
+    direct.fetch(server.origin + "/a", sha(body))
+    assert server.requests[-1][:2] == ("/a", False)
+    # no_proxy applies to the proxy argument too.
+    downloader(cache / "3", proxy=dead_proxy, env={"NO_PROXY": "127.0.0.1"}).fetch(
+        server.origin + "/a", sha(body))
+    assert server.requests[-1][:2] == ("/a", False)
+
+
+# ---- https ---------------------------------------------------------------------------------
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """An https server on 127.0.0.1 with a certificate from a throwaway CA."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test download CA")])
+    day = datetime.timedelta(days=1)
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(_now() - day).not_valid_after(_now() + day)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                         critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_now() - day).not_valid_after(_now() + day)
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (tmp_path / "server.pem").write_bytes(leaf.public_bytes(pem) + key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "server.pem")
+    s = ArtifactServer(tls=context)
+    s.ca_bundle = str(tmp_path / "ca.pem")
+    yield s
+    s.stop()
+
+
+def test_https_with_ca_bundle(tls_server, cache):
+    body = b"over tls"
+    url = tls_server.serve("/secure.bin", body)
+    assert url.startswith("https://")
+    d = downloader(cache, ca_bundle=tls_server.ca_bundle)
+    assert d.fetch(url, sha(body)).read_bytes() == body
+
+
+def test_https_untrusted_certificate_is_a_permanent_error(tls_server, cache):
+    url = tls_server.serve("/secure.bin", b"x")
+    with pytest.raises(DownloadError, match="TLS certificate not trusted") as caught:
+        downloader(cache, attempts=3).fetch(url, sha(b"x"))
+    assert not isinstance(caught.value, TemporaryError)
+    assert caught.value.remedy == "check ca_bundle, or the proxy's certificate"
+
+
+# ---- checksum files ------------------------------------------------------------------------
+
+HEX_A, HEX_B, HEX_C = "a" * 64, "b" * 64, "C" * 64
+
+
+@pytest.mark.parametrize("text, filename, expected", [
+    (f"{HEX_A}  runc.amd64\n{HEX_B}  runc.arm64\n", "runc.arm64", HEX_B),
+    (f"{HEX_A} *runc.amd64\n{HEX_B} *runc.arm64\n", "runc.amd64", HEX_A),
+    (f"{HEX_A}  ./dist/cni.tgz\n{HEX_B}  other\n", "cni.tgz", HEX_A),
+    (f"SHA256 (kubelet) = {HEX_C}\n", "kubelet", HEX_C.lower()),
+    (f"{HEX_C}\n", "kubelet", HEX_C.lower()),  # dl.k8s.io's bare .sha256 files
+    (f"# sums\n\n  {HEX_A}  kubelet  \n", "kubelet", HEX_A),
+])
+def test_parse_checksums_formats(text, filename, expected):
+    assert parse_checksums(text, filename, "https://x/sums") == expected
+
+
+def test_parse_checksums_only_entry_under_another_name_is_used_with_a_warning(caplog):
+    assert parse_checksums(f"{HEX_A}  renamed.tgz\n", "cni.tgz", "u") == HEX_A
+    assert "names renamed.tgz, not cni.tgz" in caplog.text
+
+
+@pytest.mark.parametrize("text, expected", [
+    (f"{HEX_A}  a\n{HEX_B}  b\n", "checksum file https://x/sums has no entry for c "
+                                   "(it lists a, b)"),
+    ("", "checksum file https://x/sums is empty: expected at least one sha256"),
+    (f"{HEX_A}  a\n<html>oops</html>\n", "checksum file https://x/sums line 2 is "
+                                         "'<html>oops</html>': expected '<sha256>  <file name>'"),
+    ("abc123  c\n", "line 1 is 'abc123  c'"),
+])
+def test_parse_checksums_errors(text, expected):
+    with pytest.raises(DownloadError) as caught:
+        parse_checksums(text, "c", "https://x/sums")
+    assert expected in str(caught.value)
+
+
+def test_checksum_fetches_parses_and_falls_back_to_its_cached_copy(server, cache, caplog):
+    sums = f"{HEX_A}  containerd-1.7.tar.gz\n".encode()
+    url = server.serve("/containerd-1.7.tar.gz.sha256sum", sums)
+    assert downloader(cache).checksum(url, "containerd-1.7.tar.gz") == HEX_A
+    server.serve("/containerd-1.7.tar.gz.sha256sum", status=503)  # the mirror goes down
+    assert downloader(cache, attempts=2).checksum(url, "containerd-1.7.tar.gz") == HEX_A
+    assert "unreachable; using the copy cached" in caplog.text
+    other = server.serve("/never-fetched.sha256", status=503)
+    with pytest.raises(DownloadUnavailable, match="never-fetched"):
+        downloader(cache, attempts=1).checksum(other, "x")
+
+
+def test_checksum_file_that_is_not_text_or_too_big(server, cache):
+    url = server.serve("/bin.sha256", b"\xff\xfe\x00binary")
+    with pytest.raises(DownloadError, match="bin.sha256 is not text"):
+        downloader(cache).checksum(url, "x")
+    url = server.serve("/huge.sha256", b"a" * (1024 * 1024 + 1))
+    with pytest.raises(DownloadError, match="huge.sha256 is larger than 1048576 bytes"):
+        downloader(cache).checksum(url, "x")
+
+
+def test_host_downloader_caches_under_the_root_and_uses_host_env(server, tmp_path,
+                                                                  no_proxy_in_process_env):
+    body = b"through host"
+    server.serve("/h", body)
+    host = Host(root=tmp_path / "img", env={"http_proxy": server.origin})
+    d = host.downloader("/var/cache/aks-flex-node")
+    path = d.fetch("http://m.example.invalid/h", sha(body))
+    assert path == host.path(f"/var/cache/aks-flex-node/{sha(body)}-h")
+    assert server.requests[-1][:2] == ("/h", True)

@@ -1,0 +1,283 @@
+"""Host paths and files: real files under a temp root."""
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from aks_flex_node.host import Host, HostFileError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def host(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    return Host(root=root, env={"PATH": "/usr/bin:/bin"})
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def leftovers(directory):
+    return [n for n in os.listdir(directory) if n.startswith(".") and n.endswith(".tmp")]
+
+
+# ---- path ----------------------------------------------------------------------------
+
+
+def test_path_joins_node_paths_under_the_root(host):
+    assert host.path("/etc/kubernetes/kubelet.conf") == host.root / "etc/kubernetes/kubelet.conf"
+    assert host.path("//etc//./x/") == host.root / "etc/x"
+    assert host.path("/") == host.root
+    assert host.path(PurePosixPath("/opt/cni/bin")) == host.root / "opt/cni/bin"
+    assert Host("/").path("/etc/hosts") == Path("/etc/hosts")
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ("etc/passwd", "expected an absolute path"),
+    ("", "expected an absolute path"),
+    ("/etc/../../outside", "'..' is not allowed"),
+    ("/..", "'..' is not allowed"),
+])
+def test_path_rejects_relative_and_escaping_paths(host, bad, expected):
+    with pytest.raises(ValueError, match=expected) as caught:
+        host.path(bad)
+    assert repr(bad) in str(caught.value)
+
+
+def test_path_rejects_non_strings(host):
+    with pytest.raises(TypeError, match="expected an absolute node path"):
+        host.path(b"/etc")
+
+
+def test_relative_root_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Host("img").root == tmp_path / "img"
+    assert not Host("img").is_live and Host("/").is_live
+
+
+# ---- write_file ----------------------------------------------------------------------
+
+
+def test_write_creates_file_with_exact_mode_and_0755_parents(host):
+    old_umask = os.umask(0o077)
+    try:
+        assert host.write_file("/etc/aks/sub/config.yaml", b"a: 1\n", 0o640) == "created"
+    finally:
+        os.umask(old_umask)
+    real = host.path("/etc/aks/sub/config.yaml")
+    assert real.read_bytes() == b"a: 1\n"
+    assert mode_of(real) == 0o640
+    assert mode_of(host.path("/etc/aks")) == 0o755
+    assert mode_of(host.path("/etc/aks/sub")) == 0o755
+    assert leftovers(real.parent) == []
+
+
+def test_write_same_content_and_mode_changes_nothing(host):
+    host.write_file("/etc/x", b"same", 0o600)
+    before = os.stat(host.path("/etc/x"))
+    assert host.write_file("/etc/x", b"same", 0o600) is None
+    after = os.stat(host.path("/etc/x"))
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_mode_drift_is_fixed_with_chmod_alone(host):
+    host.write_file("/etc/x", b"content", 0o644)
+    real = host.path("/etc/x")
+    os.chmod(real, 0o666)
+    inode = os.stat(real).st_ino
+    assert host.write_file("/etc/x", b"content", 0o644) == "mode"
+    assert mode_of(real) == 0o644
+    assert os.stat(real).st_ino == inode  # not rewritten
+    assert real.read_bytes() == b"content"
+
+
+def test_content_change_replaces_file_atomically(host):
+    host.write_file("/etc/x", b"old", 0o644)
+    real = host.path("/etc/x")
+    inode = os.stat(real).st_ino
+    assert host.write_file("/etc/x", b"new", 0o600) == "content"
+    assert real.read_bytes() == b"new"
+    assert mode_of(real) == 0o600
+    assert os.stat(real).st_ino != inode  # a new file renamed over the old one
+    assert leftovers(real.parent) == []
+
+
+def test_existing_owner_is_kept_and_given_owner_is_applied(host):
+    host.write_file("/etc/x", b"old")
+    real = host.path("/etc/x")
+    os.chown(real, 1234, 2345)
+    assert host.write_file("/etc/x", b"new") == "content"
+    assert (os.stat(real).st_uid, os.stat(real).st_gid) == (1234, 2345)
+    assert host.write_file("/etc/x", b"new", owner=(0, 0)) == "owner"
+    assert (os.stat(real).st_uid, os.stat(real).st_gid) == (0, 0)
+    os.chown(real, 1234, 2345)
+    os.chmod(real, 0o600)
+    assert host.write_file("/etc/x", b"new", 0o644, owner=(0, 0)) == "mode+owner"
+
+
+def test_owner_names_come_from_the_roots_account_files(host):
+    host.write_file("/etc/passwd", b"root:x:0:0::/root:/bin/sh\nhimds:x:990:985::/x:/bin/false\n")
+    host.write_file("/etc/group", b"root:x:0:\nhimds:x:985:\nkube:x:977:\n")
+    host.write_file("/var/lib/a", b"x", 0o640, owner="himds")
+    assert (os.stat(host.path("/var/lib/a")).st_uid, os.stat(host.path("/var/lib/a")).st_gid) \
+        == (990, 985)
+    host.write_file("/var/lib/b", b"x", 0o640, owner="root:kube")
+    assert os.stat(host.path("/var/lib/b")).st_gid == 977
+    with pytest.raises(ValueError, match="owner = 'nobody:x': no user 'nobody' in"):
+        host.write_file("/var/lib/c", b"x", owner="nobody:x")
+    with pytest.raises(ValueError, match="no group 'nogroup'"):
+        host.write_file("/var/lib/c", b"x", owner="root:nogroup")
+    with pytest.raises(ValueError, match=r"owner = \(0, -1\): expected \(uid, gid\)"):
+        host.write_file("/var/lib/c", b"x", owner=(0, -1))
+    assert not host.exists("/var/lib/c")
+
+
+def test_write_rejects_bad_content_and_mode(host):
+    with pytest.raises(TypeError, match="content for .*/etc/x is a str: expected bytes"):
+        host.write_file("/etc/x", "text")
+    with pytest.raises(ValueError, match="mode = '644': expected permission bits"):
+        host.write_file("/etc/x", b"x", "644")
+    with pytest.raises(ValueError, match="mode = 4096"):
+        host.write_file("/etc/x", b"x", 0o10000)
+    assert not host.exists("/etc/x")
+
+
+def test_write_onto_a_directory_is_an_error(host):
+    host.ensure_dir("/etc/x")
+    with pytest.raises(HostFileError, match="it is a directory, expected a file"):
+        host.write_file("/etc/x", b"x")
+
+
+def test_symlink_is_replaced_not_written_through(host, tmp_path):
+    outside = tmp_path / "outside.conf"
+    outside.write_bytes(b"keep me")
+    host.ensure_dir("/etc")
+    os.symlink(outside, host.path("/etc/resolv.conf"))
+    assert host.write_file("/etc/resolv.conf", b"nameserver 10.0.0.1\n") == "content"
+    assert outside.read_bytes() == b"keep me"
+    assert not os.path.islink(host.path("/etc/resolv.conf"))
+    assert host.read_bytes("/etc/resolv.conf") == b"nameserver 10.0.0.1\n"
+
+
+def test_parent_symlink_leading_out_of_the_root_is_refused(host, tmp_path):
+    outside = tmp_path / "host-run"
+    outside.mkdir()
+    host.ensure_dir("/var")
+    # Debian images have an absolute /var/run -> /run: followed from outside the
+    # image it would land on the build machine.
+    os.symlink(outside, host.path("/var/run"))
+    with pytest.raises(HostFileError, match="a symlink in its parents leads outside the root"):
+        host.write_file("/var/run/x.pid", b"1")
+    with pytest.raises(HostFileError, match="outside the root"):
+        host.remove("/var/run/x")
+    assert list(outside.iterdir()) == []
+
+
+def test_failed_write_leaves_no_temp_file_and_old_content(tmp_path):
+    # A real failure in the middle of the write: the file-size limit (EFBIG), as a full
+    # disk would be; in a child process so the limit does not touch the test run.
+    target = tmp_path / "etc" / "big"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    child = textwrap.dedent(f"""
+        import resource, signal
+        from aks_flex_node.host import fs
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+        try:
+            fs.write_file({str(target)!r}, b"x" * 4096)
+        except fs.HostFileError as e:
+            print("error:", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", child], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.startswith(f"error: cannot write {target}: File too large"), out
+    assert target.read_bytes() == b"old"
+    assert os.listdir(target.parent) == ["big"]
+
+
+def test_concurrent_writes_leave_one_whole_file(host):
+    contents = [bytes([65 + i]) * 100_000 for i in range(8)]
+    threads = [threading.Thread(target=host.write_file, args=("/etc/race", c)) for c in contents]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert host.read_bytes("/etc/race") in contents
+    assert leftovers(host.path("/etc")) == []
+
+
+# ---- ensure_dir, remove, read ---------------------------------------------------------
+
+
+def test_ensure_dir_creates_fixes_mode_and_is_idempotent(host):
+    assert host.ensure_dir("/var/lib/aks-flex-node", 0o700) == "created"
+    real = host.path("/var/lib/aks-flex-node")
+    assert mode_of(real) == 0o700 and mode_of(real.parent) == 0o755
+    assert host.ensure_dir("/var/lib/aks-flex-node", 0o700) is None
+    os.chmod(real, 0o777)
+    assert host.ensure_dir("/var/lib/aks-flex-node", 0o700) == "mode"
+    assert mode_of(real) == 0o700
+
+
+def test_ensure_dir_with_a_file_in_the_way(host):
+    host.write_file("/opt/cni", b"")
+    with pytest.raises(HostFileError, match="cni: a file is in the way"):
+        host.ensure_dir("/opt/cni/bin")
+    with pytest.raises(HostFileError, match="a file is in the way"):
+        host.ensure_dir("/opt/cni")
+
+
+def test_remove_absent_file_and_tree(host):
+    assert host.remove("/etc/absent") is False
+    assert host.remove("/no/such/dir/file") is False
+    host.write_file("/etc/x", b"1")
+    assert host.remove("/etc/x") is True and not host.exists("/etc/x")
+    host.write_file("/opt/cni/bin/bridge", b"1")
+    host.write_file("/opt/cni/bin/sub/loopback", b"1")
+    assert host.remove("/opt/cni") is True
+    assert not host.exists("/opt/cni") and host.exists("/opt")
+
+
+def test_remove_never_follows_symlinks(host, tmp_path):
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "data").write_bytes(b"keep")
+    host.ensure_dir("/etc/tree")
+    os.symlink(outside, host.path("/etc/tree/link"))  # a link inside a tree
+    os.symlink(outside, host.path("/etc/link"))  # a link as the target itself
+    assert host.remove("/etc/link") is True
+    assert host.remove("/etc/tree") is True
+    assert (outside / "data").read_bytes() == b"keep"
+
+
+def test_remove_refuses_the_root(host):
+    for root_spelling in ("/", "//", "/.", "/./"):
+        with pytest.raises(ValueError, match="refusing to remove the root"):
+            host.remove(root_spelling)
+    assert host.root.is_dir()
+
+
+def test_read_exists_sha256(host):
+    assert host.read_bytes("/etc/none") is None
+    assert host.read_text("/etc/none") is None
+    assert host.sha256("/etc/none") is None
+    assert not host.exists("/etc/none")
+    host.write_file("/etc/x", b"hello")
+    assert host.read_bytes("/etc/x") == b"hello" and host.read_text("/etc/x") == "hello"
+    assert host.sha256("/etc/x") == hashlib.sha256(b"hello").hexdigest()
+    os.symlink("/nonexistent", host.path("/etc/dangling"))
+    assert host.exists("/etc/dangling")  # something is there, even if it leads nowhere
+    assert host.is_dir("/etc") and not host.is_dir("/etc/x")
+    with pytest.raises(HostFileError, match="cannot read .*/etc"):
+        host.read_bytes("/etc")

@@ -1,0 +1,121 @@
+"""Kernel: /proc files under a temp root, modprobe/sysctl/swapoff stand-ins, fstab editing."""
+
+import pytest
+
+from aks_flex_node.host import HOST_BIN_ENV, CommandError, Host, comment_out_swap
+
+RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> "$CALLS"\n'
+
+
+@pytest.fixture
+def node(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("modprobe", "sysctl", "swapoff"):
+        (bin_dir / name).write_text(RECORDER)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.touch()
+    host = Host(root=tmp_path / "root", env={
+        "PATH": "/usr/bin:/bin", HOST_BIN_ENV: str(bin_dir), "CALLS": str(calls)})
+    host.calls = lambda: calls.read_text().splitlines()
+    host.bin_dir = bin_dir
+    return host
+
+
+def test_commands_go_to_the_live_system_tools(node):
+    node.kernel.load_module("br_netfilter")
+    node.kernel.apply_sysctl()
+    node.kernel.swapoff()
+    assert node.calls() == ["modprobe br_netfilter", "sysctl --system", "swapoff -a"]
+
+
+@pytest.mark.parametrize("bad", ["", "-r", "br netfilter", "../overlay", None])
+def test_bad_module_names_are_rejected_before_running(node, bad):
+    with pytest.raises(ValueError, match=f"module name = {bad!r}: expected"):
+        node.kernel.load_module(bad)
+    assert node.calls() == []
+
+
+def test_modprobe_failure_is_an_error(node):
+    (node.bin_dir / "modprobe").write_text(
+        "#!/bin/sh\necho \"modprobe: FATAL: Module $1 not found\" >&2\nexit 1\n")
+    with pytest.raises(CommandError, match="FATAL: Module nosuch not found"):
+        node.kernel.load_module("nosuch")
+
+
+def test_modules_loaded_reads_proc_modules_under_the_root(node):
+    assert node.kernel.modules_loaded() == set()  # no /proc/modules in an image
+    node.write_file("/proc/modules", (
+        b"br_netfilter 32768 0 - Live 0x0000000000000000\n"
+        b"bridge 307200 1 br_netfilter, Live 0x0000000000000000\n"
+        b"overlay 151552 0 - Live 0x0000000000000000\n"))
+    assert node.kernel.modules_loaded() == {"br_netfilter", "bridge", "overlay"}
+    assert node.kernel.is_module_loaded("br-netfilter")
+    assert not node.kernel.is_module_loaded("nf_conntrack")
+
+
+@pytest.mark.parametrize("content, active", [
+    (None, False),
+    (b"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n", False),
+    (b"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n\n", False),
+    (b"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+     b"/swap.img                               file\t\t4194300\t\t0\t\t-2\n", True),
+])
+def test_swap_active_reads_proc_swaps(node, content, active):
+    if content is not None:
+        node.write_file("/proc/swaps", content)
+    assert node.kernel.swap_active() is active
+
+
+UBUNTU_FSTAB = """\
+# /etc/fstab: static file system information.
+#
+# <file system> <mount point>   <type>  <options>       <dump>  <pass>
+/dev/disk/by-uuid/0b5e0c6f-1c8a-4b3e-a7a1-7ce8a0b2e5c1 / ext4 defaults 0 1
+/swap.img\tnone\tswap\tsw\t0\t0
+"""
+
+
+def test_comment_out_swap_on_an_ubuntu_fstab():
+    new, changed = comment_out_swap(UBUNTU_FSTAB)
+    assert changed == ["/swap.img\tnone\tswap\tsw\t0\t0"]
+    assert new == UBUNTU_FSTAB.replace("/swap.img", "#/swap.img")
+    assert comment_out_swap(new) == (new, [])  # idempotent
+
+
+@pytest.mark.parametrize("fstab, expected_new, expected_changed", [
+    # Several swap entries, UUID and LABEL forms, leading whitespace.
+    ("UUID=a / ext4 defaults 0 1\nUUID=b none swap sw 0 0\n  LABEL=sw none swap defaults 0 0\n",
+     "UUID=a / ext4 defaults 0 1\n#UUID=b none swap sw 0 0\n#  LABEL=sw none swap defaults 0 0\n",
+     ["UUID=b none swap sw 0 0", "  LABEL=sw none swap defaults 0 0"]),
+    # Already commented swap (with or without a space) stays as it is.
+    ("# /swapfile none swap sw 0 0\n#/dev/sda2 none swap sw 0 0\n",
+     "# /swapfile none swap sw 0 0\n#/dev/sda2 none swap sw 0 0\n", []),
+    # "swap" elsewhere than the type field is not a swap entry.
+    ("/dev/sdb1 /swap ext4 defaults 0 2\nswap /mnt/x xfs sw 0 0\n",
+     "/dev/sdb1 /swap ext4 defaults 0 2\nswap /mnt/x xfs sw 0 0\n", []),
+    # CRLF line ends, no final newline, a three-field entry.
+    ("/a / ext4 d 0 1\r\n/dev/zram0 none swap\r\n/swapfile none swap sw",
+     "/a / ext4 d 0 1\r\n#/dev/zram0 none swap\r\n#/swapfile none swap sw",
+     ["/dev/zram0 none swap", "/swapfile none swap sw"]),
+    # Blank lines, a form feed kept byte for byte, an empty file.
+    ("\n\n/x / ext4 d 0 1\x0c\n\n", "\n\n/x / ext4 d 0 1\x0c\n\n", []),
+    ("", "", []),
+    # Mixed case is not "swap" for the kernel either (fstab types are case-sensitive).
+    ("/s none SWAP sw 0 0\n", "/s none SWAP sw 0 0\n", []),
+])
+def test_comment_out_swap_shapes(fstab, expected_new, expected_changed):
+    new, changed = comment_out_swap(fstab)
+    assert new == expected_new
+    assert changed == expected_changed
+    assert comment_out_swap(new)[1] == []
+    # Everything else is untouched: dropping the added "#"s restores the original.
+    restored = "\n".join(line[1:] if line.rstrip("\r") in {"#" + c for c in changed} else line
+                         for line in new.split("\n"))
+    assert restored == fstab
+
+
+def test_comment_out_swap_wants_text():
+    with pytest.raises(TypeError, match="fstab_text is a bytes: expected str"):
+        comment_out_swap(b"/swap none swap sw 0 0\n")

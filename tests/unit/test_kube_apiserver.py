@@ -1,0 +1,145 @@
+"""KubeClient against the emulator's kube-apiserver stand-in, with the node's HIMDS token.
+
+The whole credential path of a node: the Arc identity's token from HIMDS, the Azure RBAC
+propagation delay (403 until then), and the stand-in kubelet (tests/fakes/kubelet.py)
+authenticating through `aks-flex-node token` as its exec plugin, registering its Node and
+turning it Ready.
+"""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from aks_flex_node import kube
+from aks_flex_node.azure import aks, himds, rbac
+from aks_flex_node.errors import TemporaryError
+from tests.emulator import constants as C
+from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.unit.test_azure_fixtures import put_machine
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUBELET = os.path.join(REPO, "tests", "fakes", "kubelet.py")
+NODE = "m1"
+
+
+class Ref:
+    subscription_id = C.SUBSCRIPTION_ID
+    resource_group = C.CLUSTER_RG
+    name = C.CLUSTER_NAME
+
+
+@pytest.fixture
+def node_identity(fresh_emulator):
+    """An Arc machine whose identity this host's HIMDS serves (as after azcmagent connect)."""
+    machine = put_machine(fresh_emulator, NODE)
+    fresh_emulator.bind_himds(machine["id"])
+    return machine["identity"]["principalId"]
+
+
+@pytest.fixture
+def client(fresh_emulator, azure_clients, node_identity):
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+
+    def token():
+        return himds.get_token(fresh_emulator.himds, himds.AKS_RESOURCE, fresh_emulator.himds_key_dir).access_token
+
+    return kube.KubeClient(server, ca_pem, token, timeout=10)
+
+
+def wait_until_authorized(client, timeout=15):
+    """Poll (no fixed sleep) until the apiserver stops answering 403."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.get_node(NODE)
+        except kube.Forbidden:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_forbidden_until_rbac_propagates(fresh_emulator, azure_clients, node_identity, client):
+    with pytest.raises(kube.Forbidden):
+        client.get_node(NODE)  # no role yet
+    fresh_emulator.settings(rbac_propagation_delay=0.5)
+    rbac.ensure_assignment(azure_clients, C.CLUSTER_ID, C.ROLE_AKS_RBAC_CLUSTER_ADMIN, node_identity)
+    with pytest.raises(kube.Forbidden):
+        client.get_node(NODE)  # assigned, not propagated yet
+    assert wait_until_authorized(client) is None  # authorized; no Node registered yet
+    assert client.node_ready(NODE) is None
+    assert client.delete_node(NODE) is False
+
+
+def test_foreign_token_is_unauthorized(fresh_emulator, azure_clients):
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+    with pytest.raises(kube.Unauthorized):
+        kube.KubeClient(server, ca_pem, lambda: "emuat.not-a-real-token").get_node(NODE)
+
+
+@pytest.fixture
+def kubelet(fresh_emulator, azure_clients, node_identity, tmp_path):
+    """The stand-in kubelet with a kubeconfig whose exec plugin is `aks-flex-node token`."""
+    root, state = tmp_path / "root", tmp_path / "kubelet-state"
+    state.mkdir()
+    (root / "etc/aks-flex-node").mkdir(parents=True)
+    (root / "etc/aks-flex-node/aks-flex-node.conf").write_text(
+        f"[arc]\nhimds_endpoint = {fresh_emulator.himds}\nhimds_key_dir = {fresh_emulator.himds_key_dir}\n"
+    )
+    plugin = tmp_path / "aks-flex-node"
+    plugin.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m aks_flex_node.token "$@"\n')
+    plugin.chmod(0o755)
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "node",
+        "clusters": [{"name": "c", "cluster": {"server": server,
+                                               "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "contexts": [{"name": "node", "context": {"cluster": "c", "user": "arc"}}],
+        "users": [{"name": "arc", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1", "interactiveMode": "Never",
+            "command": str(plugin), "args": ["--root", str(root)]}}}],
+    }
+    (root / "var/lib/kubelet").mkdir(parents=True)
+    (root / "var/lib/kubelet/kubeconfig").write_text(json.dumps(kubeconfig))
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "FAKE_ROOT": str(root), "FAKE_STATE_DIR": str(state),
+           "FAKE_KUBELET_INTERVAL": "0.2", "NO_PROXY": "127.0.0.1,localhost"}
+    process = subprocess.Popen(
+        [sys.executable, KUBELET, "--kubeconfig", "/var/lib/kubelet/kubeconfig", "--hostname-override", NODE],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    process.state_dir = state
+    process.root = root
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_ready_after_the_kubelet_registers(fresh_emulator, azure_clients, node_identity, client, kubelet):
+    fresh_emulator.settings(rbac_propagation_delay=0.3)
+    rbac.ensure_assignment(azure_clients, C.CLUSTER_ID, C.ROLE_AKS_RBAC_CLUSTER_ADMIN, node_identity)
+    node = client.wait_node_ready(NODE, timeout=30, interval=0.2)
+    assert node["metadata"]["name"] == NODE
+    assert client.node_ready(NODE) is True
+    status = json.loads((kubelet.state_dir / "kubelet-status.json").read_text())
+    assert status["registered"] is True
+    # The kubelet authenticated through our exec plugin, which cached the token root-only.
+    assert status["plugin_runs"] >= 1
+    cache = kubelet.root / "var/lib/aks-flex-node/token-cache.json"
+    assert oct(cache.stat().st_mode & 0o777) == "0o600"
+    assert client.delete_node(NODE) is True
+    assert client.get_node(NODE) is None
+
+
+def test_wait_node_ready_reports_forbidden_when_it_gives_up(client):
+    with pytest.raises(TemporaryError, match=r"not Ready after 0.3s; last seen: .*forbids GET /api/v1/nodes/m1 \(403\)"):
+        client.wait_node_ready(NODE, timeout=0.3, interval=0.1)

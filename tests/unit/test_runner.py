@@ -1,0 +1,154 @@
+"""The runner: order, concurrency, filters, dry-run, failure handling."""
+
+import threading
+import time
+
+import pytest
+
+from aks_flex_node.engine import runner as rn
+from aks_flex_node.engine.context import Context
+from aks_flex_node.engine.step import Plan, Step
+from aks_flex_node.errors import FlexNodeError, UsageError
+
+
+class Recorder:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.events = []
+
+    def add(self, *event):
+        with self.lock:
+            self.events.append(event)
+
+
+def make_step(name, needs=(), changes=1, fail=False, sleep=0.0, gathers_facts=True, rec=None):
+    class _S(Step):
+        pass
+
+    s = _S()
+    s.name, s.needs, s.gathers_facts = name, tuple(needs), gathers_facts
+
+    def check(ctx):
+        rec.add("check", name, time.monotonic())
+        ctx.facts.set(name, True)
+        if fail:
+            raise FlexNodeError(f"{name} broke", remedy="fix it")
+        plan = Plan(noop_reason="fine")
+        for i in range(changes):
+            def run(i=i):
+                rec.add("apply-start", name, time.monotonic())
+                time.sleep(sleep)
+                rec.add("apply-end", name, time.monotonic())
+            plan.add(f"{name} change {i}", "because", run)
+        return plan
+
+    s.check = check
+    return s
+
+
+@pytest.fixture
+def rec():
+    return Recorder()
+
+
+def ctx():
+    return Context(config=None, host=None, ledger=None)
+
+
+def names(rec, kind):
+    return [e[1] for e in rec.events if e[0] == kind]
+
+
+def test_needs_order_and_outcomes(rec):
+    steps = [make_step("a", rec=rec), make_step("b", ["a"], rec=rec),
+             make_step("c", ["b"], changes=0, rec=rec)]
+    result = rn.Runner(steps, ctx()).run()
+    assert result.ok
+    assert names(rec, "apply-end") == ["a", "b"]
+    assert [p.status for p in result.phases] == [rn.CHANGED, rn.CHANGED, rn.UNCHANGED]
+    assert result.phases[2].message == "fine"
+
+
+def test_independent_branches_overlap(rec):
+    steps = [make_step("root", changes=0, rec=rec),
+             make_step("x", ["root"], sleep=0.3, rec=rec),
+             make_step("y", ["root"], sleep=0.3, rec=rec),
+             make_step("join", ["x", "y"], rec=rec)]
+    result = rn.Runner(steps, ctx()).run()
+    assert result.ok
+    spans = {e[1]: e[2] for e in rec.events if e[0] == "apply-start"}
+    ends = {e[1]: e[2] for e in rec.events if e[0] == "apply-end"}
+    assert spans["y"] < ends["x"] and spans["x"] < ends["y"], "x and y should overlap"
+    assert spans["join"] >= max(ends["x"], ends["y"])
+
+
+def test_sequential_runs_declared_order_one_at_a_time(rec):
+    steps = [make_step("root", changes=0, rec=rec),
+             make_step("y", ["root"], sleep=0.05, rec=rec),
+             make_step("x", ["root"], sleep=0.05, rec=rec)]
+    result = rn.Runner(steps, ctx(), sequential=True).run()
+    assert result.ok
+    kinds = [(e[0], e[1]) for e in rec.events if e[0].startswith("apply")]
+    assert kinds == [("apply-start", "y"), ("apply-end", "y"), ("apply-start", "x"), ("apply-end", "x")]
+
+
+def test_failure_blocks_dependents_but_reports_the_error(rec):
+    steps = [make_step("a", fail=True, rec=rec), make_step("b", ["a"], rec=rec),
+             make_step("c", rec=rec)]
+    result = rn.Runner(steps, ctx(), sequential=True).run()
+    assert not result.ok
+    statuses = {p.name: p.status for p in result.phases}
+    assert statuses["a"] == rn.FAILED
+    assert statuses["b"] == rn.BLOCKED
+    assert "a failed" in result.phases[1].message
+    assert isinstance(result.error, FlexNodeError) and result.error.message == "a broke"
+    assert "b" not in names(rec, "check")
+
+
+def test_dry_run_checks_but_applies_nothing(rec):
+    steps = [make_step("a", rec=rec), make_step("b", ["a"], changes=2, rec=rec)]
+    result = rn.Runner(steps, ctx(), dry_run=True).run()
+    assert result.ok and result.changed
+    assert names(rec, "apply-start") == []
+    assert [p.status for p in result.phases] == [rn.PLANNED, rn.PLANNED]
+    assert result.phases[1].changes == [{"what": "b change 0", "why": "because"},
+                                        {"what": "b change 1", "why": "because"}]
+
+
+def test_phase_filter_runs_needed_checks_for_facts_only(rec):
+    steps = [make_step("gate", gathers_facts=False, rec=rec), make_step("a", ["gate"], rec=rec),
+             make_step("b", ["a"], rec=rec)]
+    result = rn.Runner(steps, ctx(), only=["b"]).run()
+    statuses = {p.name: p.status for p in result.phases}
+    assert statuses == {"gate": rn.SKIPPED, "a": rn.FACTS, "b": rn.CHANGED}
+    assert names(rec, "apply-end") == ["b"]
+    assert "gate" not in names(rec, "check"), "a skipped gate is not run"
+
+
+def test_skip_phase(rec):
+    steps = [make_step("a", rec=rec), make_step("b", rec=rec)]
+    result = rn.Runner(steps, ctx(), skip=["a"]).run()
+    assert {p.name: p.status for p in result.phases} == {"a": rn.SKIPPED, "b": rn.CHANGED}
+
+
+def test_unknown_phase_names_are_a_usage_error(rec):
+    steps = [make_step("a", rec=rec)]
+    with pytest.raises(UsageError) as err:
+        rn.Runner(steps, ctx(), only=["nope"])
+    assert "nope" in err.value.message and "a" in err.value.message
+
+
+def test_unexpected_exception_is_a_failed_phase(rec):
+    s = make_step("a", rec=rec)
+    s.check = lambda ctx: 1 / 0
+    result = rn.Runner([s], ctx()).run()
+    assert result.phases[0].status == rn.FAILED
+    assert "ZeroDivisionError" in result.phases[0].message
+
+
+def test_progress_events(rec):
+    events = []
+    steps = [make_step("a", rec=rec), make_step("b", ["a"], rec=rec)]
+    rn.Runner(steps, ctx(), progress=lambda e, r, i, t: events.append((e, r.name, i, t))).run()
+    assert events == [("start", "a", 1, 2), ("finish", "a", 1, 2),
+                      ("start", "b", 2, 2), ("finish", "b", 2, 2)]

@@ -1,0 +1,195 @@
+"""`aks-flex-node token` against a loopback HIMDS stand-in, with a temp root."""
+
+import datetime
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from aks_flex_node import token as token_cmd
+from aks_flex_node.azure import himds
+from tests.unit.test_himds import HimdsStandIn
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NODE_KEY_DIR = "/var/opt/azcmagent/tokens"
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node root with a key dir, a HIMDS stand-in and a config pointing at it."""
+    root = tmp_path / "root"
+    key_dir = root / NODE_KEY_DIR.lstrip("/")
+    key_dir.mkdir(parents=True)
+    # HIMDS names the key by its path on the node (azure-wire.md §3.2).
+    with HimdsStandIn(str(key_dir), realm=NODE_KEY_DIR + "/challenge.key") as standin:
+        conf = root / "etc/aks-flex-node/aks-flex-node.conf"
+        conf.parent.mkdir(parents=True)
+        conf.write_text(
+            "subscription_id = 00000000-0000-0000-0000-000000000000\n"
+            "[arc]\n"
+            f"himds_endpoint = {standin.endpoint}\n"
+            f"himds_key_dir = {NODE_KEY_DIR}\n"
+        )
+        standin.root = root
+        yield standin
+
+
+def run(root, environ=None, argv=None):
+    out, err = io.StringIO(), io.StringIO()
+    env = {"AKS_FLEX_NODE_ROOT": str(root)} if environ is None else environ
+    code = token_cmd.main(argv or [], env, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def parse_ts(value):
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def test_default_is_v1beta1_with_expiry_five_minutes_early(node):
+    code, out, err = run(node.root)
+    assert code == 0, err
+    cred = json.loads(out)
+    assert cred["apiVersion"] == "client.authentication.k8s.io/v1beta1"
+    assert cred["kind"] == "ExecCredential"
+    assert cred["status"]["token"] == "tok-" + himds.AKS_RESOURCE
+    expires_on = int(time.time()) + 3599
+    assert abs(parse_ts(cred["status"]["expirationTimestamp"]) - (expires_on - 300)) <= 3
+    assert node.requests[0]["query"]["resource"] == "6dae42f8-4368-4678-94ff-3960e28e3630"
+
+
+@pytest.mark.parametrize("version", ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"])
+def test_api_version_follows_kubernetes_exec_info(node, version):
+    info = {"apiVersion": version, "kind": "ExecCredential", "spec": {"interactive": False}}
+    code, out, err = run(node.root, {"AKS_FLEX_NODE_ROOT": str(node.root), "KUBERNETES_EXEC_INFO": json.dumps(info)})
+    assert code == 0, err
+    assert json.loads(out)["apiVersion"] == version
+
+
+def test_unknown_exec_api_version_is_refused_by_name(node):
+    info = {"apiVersion": "client.authentication.k8s.io/v1alpha1"}
+    code, out, err = run(node.root, {"AKS_FLEX_NODE_ROOT": str(node.root), "KUBERNETES_EXEC_INFO": json.dumps(info)})
+    assert code == 1 and out == ""
+    assert "KUBERNETES_EXEC_INFO apiVersion = 'client.authentication.k8s.io/v1alpha1'" in err
+    assert node.requests == []
+
+
+def test_cache_is_reused_and_is_root_only(node):
+    code, first, _ = run(node.root)
+    assert code == 0
+    requests_after_first = len(node.requests)
+    assert requests_after_first == 2  # challenge + token
+    code, second, _ = run(node.root)
+    assert code == 0
+    assert len(node.requests) == requests_after_first  # served from the cache
+    assert json.loads(second)["status"] == json.loads(first)["status"]
+    cache = node.root / "var/lib/aks-flex-node/token-cache.json"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600
+    assert stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
+    assert [p.name for p in cache.parent.iterdir()] == ["token-cache.json"]  # no temp files left
+
+
+def test_cache_with_five_minutes_or_less_left_is_not_used(node):
+    cache = node.root / "var/lib/aks-flex-node/token-cache.json"
+    cache.parent.mkdir(parents=True, mode=0o700)
+    cache.write_text(json.dumps({"resource": himds.AKS_RESOURCE, "access_token": "old", "expires_on": int(time.time()) + 299}))
+    cache.chmod(0o600)
+    code, out, _ = run(node.root)
+    assert code == 0
+    assert json.loads(out)["status"]["token"] != "old"
+    assert len(node.requests) == 2
+    assert json.loads(cache.read_text())["access_token"] == "tok-" + himds.AKS_RESOURCE
+
+
+def test_cache_with_more_than_five_minutes_left_is_used(node):
+    cache = node.root / "var/lib/aks-flex-node/token-cache.json"
+    cache.parent.mkdir(parents=True, mode=0o700)
+    expires_on = int(time.time()) + 400
+    cache.write_text(json.dumps({"resource": himds.AKS_RESOURCE, "access_token": "cached", "expires_on": expires_on}))
+    cache.chmod(0o600)
+    code, out, _ = run(node.root)
+    assert code == 0 and node.requests == []
+    status = json.loads(out)["status"]
+    assert status["token"] == "cached"
+    assert parse_ts(status["expirationTimestamp"]) == expires_on - 300
+
+
+def test_group_readable_cache_is_not_trusted(node):
+    cache = node.root / "var/lib/aks-flex-node/token-cache.json"
+    cache.parent.mkdir(parents=True, mode=0o700)
+    cache.write_text(json.dumps({"resource": himds.AKS_RESOURCE, "access_token": "planted", "expires_on": int(time.time()) + 9999}))
+    cache.chmod(0o644)
+    code, out, _ = run(node.root)
+    assert code == 0
+    assert json.loads(out)["status"]["token"] != "planted"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600  # replaced by a proper one
+
+
+def test_unreachable_himds_exits_75_without_output(node):
+    node.__exit__(None, None, None)  # stop the stand-in: nothing listens any more
+    code, out, err = run(node.root)
+    assert code == 75
+    assert out == ""
+    assert "cannot reach HIMDS" in err and "himdsd" in err
+
+
+def test_refused_key_exits_1_and_token_never_on_stderr(node, tmp_path):
+    node.realm = str(tmp_path / "outside.key")
+    (tmp_path / "outside.key").write_text("x")
+    code, out, err = run(node.root)
+    assert code == 1 and out == ""
+    assert "directly inside the agent key directory" in err
+
+
+def test_root_flag_and_explicit_config(node, tmp_path):
+    other = tmp_path / "other.conf"
+    other.write_text((node.root / "etc/aks-flex-node/aks-flex-node.conf").read_text())
+    code, out, err = run(node.root, environ={}, argv=["--root", str(node.root), "--config", str(other)])
+    assert code == 0, err
+    assert json.loads(out)["status"]["token"]
+
+
+def test_missing_explicit_config_is_an_error(node, tmp_path):
+    code, out, err = run(node.root, argv=["--config", str(tmp_path / "nope.conf")])
+    assert code == 1 and out == ""
+    assert "nope.conf" in err and "does not exist" in err
+
+
+def test_relative_key_dir_is_refused_by_name(node):
+    conf = node.root / "etc/aks-flex-node/aks-flex-node.conf"
+    conf.write_text(f"himds_endpoint = {node.endpoint}\nhimds_key_dir = tokens\n")
+    code, _, err = run(node.root)
+    assert code == 1
+    assert "himds_key_dir = 'tokens'" in err and "absolute path" in err
+
+
+def test_subprocess_prints_credential_and_imports_no_azure_sdk(node):
+    probe = (
+        "import sys, json\n"
+        "from aks_flex_node import token\n"
+        "code = token.main([], {'AKS_FLEX_NODE_ROOT': sys.argv[1]})\n"
+        "assert not [m for m in sys.modules if m == 'azure' or m.startswith('azure.')], 'Azure SDK imported'\n"
+        "assert 'validate' not in sys.modules, 'configobj validate imported'\n"
+        "sys.exit(code)\n"
+    )
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": REPO}
+    done = subprocess.run([sys.executable, "-c", probe, str(node.root)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"]["token"] == "tok-" + himds.AKS_RESOURCE
+    assert "tok-" not in done.stderr
+
+
+def test_cli_entry_point_imports_neither_the_sdk_nor_validate(node):
+    """What kubelet runs: `python3 -m aks_flex_node token`, checked with -X importtime."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": REPO, "AKS_FLEX_NODE_ROOT": str(node.root)}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "aks_flex_node", "token"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["kind"] == "ExecCredential"
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert not {m for m in imported if m == "azure" or m.startswith("azure.")}
+    assert "validate" not in imported and "yaml" not in imported
