@@ -1,0 +1,118 @@
+"""Convergence and cleanup under trouble: drift is repaired without needless restarts,
+unbootstrap finishes locally when Azure is unreachable and lists what is left, and the
+run lock keeps two runs apart."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tests.emulator import constants as C
+from tests.harness import REPO
+
+
+def kubelet_starts(node):
+    return [argv for argv in node.fake.calls("systemctl")
+            if argv and argv[0] in ("start", "restart") and "kubelet" in " ".join(argv)]
+
+
+def test_mode_drift_is_fixed_with_chmod_and_no_restart(node):
+    node.cli("bootstrap", check=True)
+    starts = len(kubelet_starts(node))
+    kubeconfig = node.path("/var/lib/kubelet/kubeconfig")
+    inode = os.stat(kubeconfig).st_ino
+    os.chmod(kubeconfig, 0o644)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    changed = {p["name"]: [c["what"] for c in p["changes"]] for p in summary["phases"] if p["changes"]}
+    assert list(changed) == ["kubelet", "services"], changed
+    assert node.mode("/var/lib/kubelet/kubeconfig") == 0o600
+    assert os.stat(kubeconfig).st_ino == inode, "a mode drift is fixed by chmod, not a rewrite"
+    # The kubelet re-reads its kubeconfig only on restart; a restart is what a changed file needs.
+    assert changed["services"] == ["restart kubelet"]
+
+
+def test_a_stopped_kubelet_is_started_without_touching_anything_else(node):
+    node.cli("bootstrap", check=True)
+    node.fake.stop_units()
+    subprocess.run(["systemctl", "stop", "kubelet"], env=node.env, check=True)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    changed = {p["name"]: [c["what"] for c in p["changes"]] for p in summary["phases"] if p["changes"]}
+    assert changed == {"services": ["start kubelet"]}, changed
+
+
+def test_unbootstrap_with_azure_unreachable_cleans_locally_and_lists_leftovers(node):
+    node.cli("bootstrap", check=True)
+    emu = node.emu
+    emu.faults([{"match": {"server": "arm"}, "drop": True},
+                {"match": {"server": "entra"}, "drop": True}])
+    proc, summary = node.cli_json("unbootstrap", timeout=600)
+    emu.clear_faults()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    leftovers = " ".join(summary["leftovers"])
+    assert "role assignment" in leftovers and "Arc machine" in leftovers
+    # Local cleanup completed all the same.
+    assert not os.path.exists(node.path("/usr/local/bin/kubelet"))
+    assert not os.path.exists(node.path("/etc/systemd/system/kubelet.service"))
+    # The ledger still knows the cloud leftovers, so a later unbootstrap finishes the job.
+    proc, summary = node.cli_json("unbootstrap")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert emu.state()["machines"] == []
+
+
+def test_keep_cloud_resources(node):
+    node.cli("bootstrap", check=True)
+    proc, summary = node.cli_json("unbootstrap", "--keep-cloud-resources")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kept = " ".join(summary["kept"])
+    assert "arc_machine" in kept and "role_assignment" in kept
+    assert len(node.emu.state()["machines"]) == 1
+    assert not os.path.exists(node.path("/usr/local/bin/kubelet"))
+
+
+def test_a_second_run_waits_or_names_the_holder(node):
+    script = (
+        "import sys,time; sys.path.insert(0, %r)\n"
+        "from aks_flex_node.host import Host\n"
+        "from aks_flex_node.engine.lock import RunLock\n"
+        "with RunLock(Host(%r), 'bootstrap'):\n"
+        "    print('held', flush=True); time.sleep(30)\n" % (REPO, node.root))
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = node.cli("bootstrap")
+        assert proc.returncode == 75
+        assert f"pid {holder.pid}" in proc.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_preflight_failure_stops_bootstrap_before_any_change(node):
+    os.remove(node.path("/sys/fs/cgroup/cgroup.controllers"))
+    before = node.files()
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "cgroups" in proc.stderr and "--ignore-preflight-errors=cgroups" in proc.stderr
+    assert node.files() - before <= {"/var/lib/aks-flex-node", "/var/lib/aks-flex-node/lock",
+                                     "/var/lib/aks-flex-node/status.json",
+                                     "/var/lib/aks-flex-node/provision.complete"}
+    proc, report = node.cli_json("preflight")
+    assert proc.returncode == 3
+    assert {c["name"]: c["status"] for c in report["checks"]}["cgroups"] == "error"
+    proc = node.cli("bootstrap", "--ignore-preflight-errors=cgroups")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_joined_elsewhere_is_refused(node):
+    node.cli("bootstrap", check=True)
+    path = node.path("/etc/aks-flex-node/aks-flex-node.conf")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace(C.CLUSTER_ID, C.CLUSTER2_ID))
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 3
+    assert "joined-elsewhere" in proc.stderr and "unbootstrap" in proc.stderr
