@@ -8,7 +8,7 @@ APT_DEPS := python3 python3-azure python3-configobj python3-yaml python3-debian 
             python3-cryptography python3-requests python3-venv python3-pip openssl
 PYTEST_ARGS ?=
 
-.PHONY: all deps test test-debian test-pypi demo bench clean
+.PHONY: all deps test test-debian test-pypi demo demo-clean bench clean
 
 all: test
 
@@ -36,6 +36,9 @@ test-pypi: $(VENV)/.stamp
 # The main job until the package exists: a bootstrap against the emulator into a scratch root.
 demo: deps
 	env PATH=$(SYSPATH) $(PY) -m tests.demo
+
+demo-clean:
+	rm -rf demo-root
 
 bench: deps
 	env PATH=$(SYSPATH) $(PY) -m tests.bench

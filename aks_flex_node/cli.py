@@ -147,13 +147,16 @@ class PhasePrinter:
     def __init__(self, stream=None):
         self.stream = stream or sys.stdout
         self.tty = self.stream.isatty()
+        self.done = 0  # phases end out of declared order when branches overlap: count ends
 
     def __call__(self, event, result, index, total):
         if event == "start":
             if self.tty:
-                self.stream.write(f"[{index:2d}/{total}] {result.name:<18} ...\r")
+                self.stream.write(f"[{self.done + 1:2d}/{total}] {result.name:<18} ...\r")
                 self.stream.flush()
             return
+        self.done += 1
+        index = self.done
         name = result.name if hasattr(result, "name") else result["name"]
         status = result.status if hasattr(result, "status") else result["status"]
         duration = result.duration if hasattr(result, "duration") else result.get("duration_s")
@@ -253,7 +256,10 @@ def cmd_status(args):
             if status.get(key) is not None:
                 print(f"{key}: {status[key]}")
         for phase in status.get("phases", []):
-            print(f"  {phase['name']:<18} {phase['status']:<10} {phase.get('message', '')}")
+            took = f"{phase['duration_s']:6.1f}s" if phase.get("duration_s") is not None else ""
+            print(f"  {phase['name']:<18} {phase['status']:<10} {took:>7}  {phase.get('message', '')}")
+            for change in phase.get("changes", []):
+                print(f"  {'':<18} - {change['what']}")
         if status.get("error"):
             print(f"error: {status['error'].get('message')}")
         for item in status.get("leftovers", []):

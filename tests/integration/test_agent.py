@@ -1,0 +1,67 @@
+"""The agent service: it finishes a pending join by itself once Azure answers, keeps a
+joined node converged, does nothing on a node that wants no join, and stops cleanly."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.harness import REPO
+
+PENDING = "/var/lib/aks-flex-node/join-pending"
+
+
+def start_agent(node, *args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root, *args],
+        env=node.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def status(node):
+    try:
+        return json.loads(node.read("/var/lib/aks-flex-node/status.json"))
+    except (OSError, ValueError):
+        return {}
+
+
+def test_agent_completes_a_pending_join_once_azure_answers(node):
+    os.makedirs(node.path("/var/lib/aks-flex-node"), exist_ok=True)
+    open(node.path(PENDING), "w").close()
+    # Entra ID is down at first: the join fails, the agent backs off and retries.
+    node.emu.faults([{"match": {"server": "entra"}, "respond": {"status": 503}}])
+    agent = start_agent(node, "--interval", "1")
+    try:
+        assert wait_for(lambda: status(node).get("state") == "failed", 120), status(node)
+        assert os.path.exists(node.path(PENDING))
+        node.emu.clear_faults()
+        assert wait_for(lambda: status(node).get("state") == "succeeded", 120), \
+            (status(node), agent.poll())
+        assert not os.path.exists(node.path(PENDING)), "a successful join clears the pending mark"
+        assert len(node.emu.state()["machines"]) == 1
+        # It keeps watching: a stopped kubelet is started again on a later pass.
+        subprocess.run(["systemctl", "stop", "kubelet"], env=node.env, check=True)
+        assert wait_for(lambda: subprocess.run(["systemctl", "is-active", "kubelet"], env=node.env,
+                                               capture_output=True).returncode == 0, 30)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err
+    assert "retrying" in err
+
+
+def test_agent_does_nothing_when_no_join_is_wanted(node):
+    proc = node.cli("agent", "--once")
+    assert proc.returncode == 0, proc.stderr
+    assert node.emu.state()["machines"] == []
+    assert not os.path.exists(node.path("/usr/local/bin/kubelet"))
