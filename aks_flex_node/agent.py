@@ -1,15 +1,19 @@
 """`aks-flex-node agent`, the service: finish a pending join, then keep the node converged.
 
 A pass runs the bootstrap workflow; it is idempotent, so on a healthy node it changes
-nothing (and restarts nothing). A failed pass is retried with exponential backoff; a
-healthy node is re-checked every `interval` seconds (the upstream agent re-bootstrapped from
-scratch, stopping the kubelet each time: upstream-go-agent.md §1.3, §8). SIGTERM ends the
-loop between or during waits, and the agent exits 0.
+nothing (and restarts nothing). Every `interval` seconds a local pass converges the host
+(files, modes, units, the kubelet running, the Arc agent connected) and asks Azure nothing;
+every `cloud_interval` seconds, and after any failure, a full pass checks the cloud side too
+(the Arc resource, role assignments, the cluster's version and API server). A failed pass
+is retried with exponential backoff. The upstream agent re-bootstrapped from scratch and
+stopped the kubelet each time (upstream-go-agent.md §1.3, §8). SIGTERM ends the loop between
+or during waits, and the agent exits 0 (upstream exits 1).
 """
 
 import logging
 import signal
 import threading
+import time
 
 from aks_flex_node.errors import ConfigError, ExitCode, FlexNodeError
 
@@ -17,7 +21,8 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 600.0
 
 
-def run(load_config, host, interval=60.0, once=False, stop=None):
+def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=1800.0,
+        clock=time.monotonic):
     from aks_flex_node import operations
     from aks_flex_node.engine.ledger import Ledger
 
@@ -26,6 +31,7 @@ def run(load_config, host, interval=60.0, once=False, stop=None):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     backoff = min(10.0, interval)
+    last_full = None  # when the last full pass succeeded
     while not stop.is_set():
         try:
             cfg = load_config()
@@ -42,12 +48,15 @@ def run(load_config, host, interval=60.0, once=False, stop=None):
                 return int(ExitCode.OK)
             stop.wait(interval)
             continue
+        full = last_full is None or clock() - last_full >= cloud_interval
         try:
-            result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0)
+            result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full)
             ok, error = result.ok, result.error
         except FlexNodeError as exc:  # lock held by a manual run, etc.
             ok, error = False, exc
         if ok:
+            if full:
+                last_full = clock()
             backoff = min(10.0, interval)
             if once:
                 return int(ExitCode.OK)
@@ -57,6 +66,7 @@ def run(load_config, host, interval=60.0, once=False, stop=None):
                         getattr(error, "message", error), backoff)
             if once:
                 return int(getattr(error, "exit_code", ExitCode.FAILED))
+            last_full = None  # whatever broke, the next pass looks at everything
             stop.wait(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
     log.info("agent stopped")

@@ -78,7 +78,10 @@ def build_parser():
 
     p = sub.add_parser("agent", parents=[common],
                        help="the service: finish a pending join, then watch and converge")
-    p.add_argument("--interval", type=float, default=60.0, metavar="SECONDS")
+    p.add_argument("--interval", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds between local passes (host only, no Azure call)")
+    p.add_argument("--cloud-interval", type=float, default=1800.0, metavar="SECONDS",
+                   help="seconds between full passes (the cloud side too)")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
 
     p = sub.add_parser("config", parents=[common], help="show, check or import the configuration")
@@ -111,6 +114,8 @@ def _setup_logging(verbosity):
     # The SDKs log every HTTP request at INFO: only show them with -vv.
     logging.getLogger("azure").setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
     logging.getLogger("msal").setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
+    # azure-identity warns on every failed token request; we report that error ourselves.
+    logging.getLogger("azure.identity").setLevel(logging.DEBUG if verbosity >= 2 else logging.ERROR)
 
 
 def _root(args):
@@ -297,7 +302,7 @@ def cmd_agent(args):
     from aks_flex_node import agent
 
     return agent.run(lambda: load_config(args), _make_host(args), interval=args.interval,
-                     once=args.once)
+                     once=args.once, cloud_interval=args.cloud_interval)
 
 
 def cmd_config(args):

@@ -110,11 +110,16 @@ def attach_debconf():
     if not os.environ.get("DEBIAN_HAS_FRONTEND"):
         raise DebconfError("no debconf frontend: this command runs from the package's postinst",
                            remedy="run dpkg-reconfigure aks-flex-node")
-    channel = Debconf(os.dup(0), os.dup(1))
+    # confmodule moves the channel's write end to fd 3 and points stdout at stderr
+    # (DEBCONF_REDIR); replies always come on stdin.
+    write_fd = 3 if os.environ.get("DEBCONF_REDIR") else 1
+    channel = Debconf(os.dup(0), os.dup(write_fd))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
+    if write_fd == 3:
+        os.close(3)
     sys.stdout = sys.stderr
     return channel
 
@@ -151,24 +156,27 @@ def render_config(channel, output, root):
     of the current file (its other keys, comments and hand edits stay) or the shipped
     default; move a new client secret into its own 0600 file and out of debconf."""
     host = _host(root)
-    current = host.read_bytes(config.DEFAULT_PATH)
-    base = current if current is not None else host.read_bytes(SHIPPED_DEFAULT)
-    text = (base or b"").decode("utf-8")
+    # An empty or missing file starts again from the shipped default, with every key.
+    base = host.read_bytes(config.DEFAULT_PATH) or host.read_bytes(SHIPPED_DEFAULT) or \
+        config.render_default().encode("utf-8")
+    text = base.decode("utf-8")
     values = {key: channel.get(q(question)) for question, key in QUESTION_KEYS.items()}
     values.update(_auth_values(channel, host, values["auth_method"], text))
 
+    # `output` is a path on this filesystem (the postinst's mktemp under DPKG_ROOT), so it
+    # goes to config.write with root "/".
     fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(base or b"")
+        f.write(base)
     os.chmod(output, 0o600)
     try:
-        config.write(output, values, root=root)
+        config.write(output, values, root="/")
     except ConfigError as err:
         # A value that cannot even be written (a '#', quotes): keep the file's, say which.
         bad = {p.key for p in err.problems}
         for problem in err.problems:
             log.error("%s: %s", _question_of(problem.key), problem)
-        config.write(output, {k: v for k, v in values.items() if k not in bad}, root=root)
+        config.write(output, {k: v for k, v in values.items() if k not in bad}, root="/")
 
 
 def _auth_values(channel, host, method, text):

@@ -34,14 +34,22 @@ def _error_dict(error):
 
 
 def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
-              ignore_preflight_errors=(), progress=None, lock_wait=0.0):
-    """Join this node. Returns (RunResult, status dict)."""
+              ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False):
+    """Join this node. Returns (RunResult, status dict).
+
+    `local_only` (the agent's frequent pass) converges the host but asks Azure nothing: the
+    cloud steps reuse the facts the last full run recorded. Without them it is a full run.
+    """
     from aks_flex_node.steps.workflow import bootstrap_steps
 
     with RunLock(host, "bootstrap", wait=lock_wait):
         ledger = Ledger(host)
+        cached = ledger.joined.get("facts") if local_only else None
         ctx = Context(cfg, host, ledger, options={
-            "ignore_preflight_errors": set(ignore_preflight_errors)})
+            "ignore_preflight_errors": set(ignore_preflight_errors), "local_only": bool(cached)})
+        ctx.facts.restore(cached)
+        if ctx.local_only:
+            skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)
         runner = Runner(bootstrap_steps(), ctx, sequential=sequential, dry_run=dry_run,
                         only=only, skip=skip, progress=progress)
@@ -50,6 +58,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             "cluster_resource_id": cfg.cluster.resource_id,
             "machine_name": cfg.machine_name,
             "mode": "sequential" if sequential else "concurrent",
+            "pass": "local" if ctx.local_only else "full",
         }
         if not dry_run:
             status_file.begin()
@@ -64,10 +73,12 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             error=_error_dict(result.error), phases=phases, dry_run=dry_run)
         if not dry_run:
             if result.ok or ledger.entries():
-                ledger.set_joined(cluster_resource_id=cfg.cluster.resource_id,
-                                  machine_name=cfg.machine_name,
-                                  subscription_id=cfg.subscription_id,
-                                  arc_resource_group=cfg.arc_resource_group)
+                joined = dict(cluster_resource_id=cfg.cluster.resource_id,
+                              machine_name=cfg.machine_name, subscription_id=cfg.subscription_id,
+                              arc_resource_group=cfg.arc_resource_group)
+                if result.ok and not ctx.local_only and not only and not skip:
+                    joined["facts"] = ctx.facts.snapshot()
+                ledger.set_joined(**joined)
             if result.ok and not only and not skip:
                 host.remove(PENDING_MARKER)
             status_file.write(summary)

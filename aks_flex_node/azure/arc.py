@@ -15,6 +15,7 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from aks_flex_node.azure.auth import azure_errors
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.host.run import CommandNotFound
 
 log = logging.getLogger(__name__)
 
@@ -157,17 +158,16 @@ class Azcmagent:
         self.run_dir = run_dir
 
     def _run(self, args, **kwargs):
-        from aks_flex_node.host.run import CommandNotFound
-
         try:
             return self.host.run([self.command, *args], **kwargs)
         except CommandNotFound as err:
             raise AzcmagentError(f"{self.command} is not installed: {err.message}", remedy=INSTALL_HINT) from None
 
     def show(self):
-        """`azcmagent show -j` as a dict; None when the agent has no local configuration."""
-        result = self._run(["show", "-j"], timeout=SHOW_TIMEOUT, ok_codes=(0, 1))
-        if result.returncode != 0 or not result.stdout.strip():
+        """`azcmagent show -j` as a dict (`status` is "Connected" or "Disconnected"...);
+        None when it prints nothing. A failing agent raises CommandError with its output."""
+        result = self._run(["show", "-j"], timeout=SHOW_TIMEOUT)
+        if not result.stdout.strip():
             return None
         try:
             shown = json.loads(result.stdout)

@@ -30,6 +30,7 @@ from azure.identity import (
     ManagedIdentityCredential,
 )
 
+from aks_flex_node.azure.clients import BACKOFF_FACTOR, CONNECTION_TIMEOUT, RETRY_CONNECT, proxies_for
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
 
 AUTH_METHODS = ("service-principal", "azure-cli", "managed-identity")
@@ -92,8 +93,6 @@ class AuthSettings:
     def from_config(cls, cfg, root=None):
         """From the loaded config.Config. The secret and certificate files are node paths
         (under the config's root); endpoints.ca_bundle is already a path on this machine."""
-        from aks_flex_node.azure.clients import proxies_for  # no cycle: clients does not import auth
-
         root = str(root if root is not None else getattr(cfg, "root", "/"))
         endpoints = cfg.endpoints
         secret_file = getattr(cfg, "sp_client_secret_file", None) or None
@@ -145,6 +144,31 @@ def read_secret_file(path, field):
     return data
 
 
+def _check_cli_config_dir(environ=os.environ):
+    """The Azure CLI configuration `az` will use must be our own (root's).
+
+    AzureCliCredential runs `az account get-access-token`, which loads the CLI extensions
+    found in AZURE_CONFIG_DIR (default ~/.azure): a user's directory would run that user's
+    code as root (upstream #144, upstream-go-agent.md §7).
+    """
+    configured = environ.get("AZURE_CONFIG_DIR")
+    path = configured or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".azure")
+    try:
+        owner = os.stat(path).st_uid
+    except FileNotFoundError:
+        return  # not logged in: get_token reports that, with what to do
+    except OSError as err:
+        raise AuthError(f"Azure CLI configuration {path}: cannot inspect it ({err.strerror})") from None
+    if owner != os.geteuid():
+        field = f"AZURE_CONFIG_DIR = {configured!r}" if configured else f"Azure CLI configuration {path!r}"
+        raise AuthError(
+            f"{field} is owned by uid {owner}: expected this user's own (uid {os.geteuid()}); "
+            "another user's CLI extensions would run with our privileges",
+            remedy="unset AZURE_CONFIG_DIR (and keep HOME as root's), run `az login` as root, "
+            "or use auth_method = service-principal",
+        )
+
+
 def _instance_discovery_off(credential_class):
     """The keyword that turns MSAL's instance discovery off, for this azure-identity.
 
@@ -177,6 +201,10 @@ def _authority_kwargs(settings, credential_class):
         kwargs["authority"] = settings.authority
         if parts.hostname.lower() not in WELL_KNOWN_AUTHORITY_HOSTS:
             kwargs.update(_instance_discovery_off(credential_class))
+    # Entra unreachable: give up as quickly as the ARM clients do (clients.py), not after
+    # azure-core's default backoff.
+    kwargs.update(retry_connect=RETRY_CONNECT, retry_backoff_factor=BACKOFF_FACTOR,
+                  connection_timeout=CONNECTION_TIMEOUT)
     if settings.ca_bundle:
         kwargs["connection_verify"] = settings.ca_bundle
     if settings.proxies:
@@ -236,8 +264,7 @@ def credential(settings, root=None):
         )
 
     if settings.method == "azure-cli":
-        # Uses `az account get-access-token`, i.e. root's own ~/.azure (AZURE_CONFIG_DIR):
-        # never a user's, whose CLI extensions would then run as root (upstream #144).
+        _check_cli_config_dir()
         return AzureCliCredential(tenant_id=settings.tenant_id or "")
 
     kwargs = {}

@@ -1,5 +1,6 @@
 """What a step gets to work with: the config, the host, the ledger, shared facts and Azure."""
 
+import base64
 import logging
 import threading
 
@@ -7,9 +8,26 @@ import threading
 class Facts:
     """Facts steps learn and share (cluster, machine identity, server URL...); thread-safe."""
 
+    # What a full run learns from Azure that a local pass of the agent reuses, so that a
+    # healthy node does not read ARM every minute (ARM throttles reads per subscription:
+    # azure-wire.md §5.1).
+    PERSISTED = ("kubernetes_version", "arc_location", "server", "ca_pem", "principal_id")
+
     def __init__(self):
         self._values = {}
         self._lock = threading.Lock()
+
+    def snapshot(self):
+        with self._lock:
+            out = {k: self._values[k] for k in self.PERSISTED if self._values.get(k) is not None}
+        if "ca_pem" in out:
+            out["ca_pem"] = base64.b64encode(out["ca_pem"]).decode()
+        return out
+
+    def restore(self, snapshot):
+        for key, value in (snapshot or {}).items():
+            if key in self.PERSISTED:
+                self.set(key, base64.b64decode(value) if key == "ca_pem" else value)
 
     def set(self, key, value):
         with self._lock:
@@ -45,6 +63,11 @@ class Context:
                     cfg.cache_dir, ca_bundle=cfg.endpoints.ca_bundle,
                     proxy=cfg.https_proxy or None)
             return self._downloader
+
+    @property
+    def local_only(self):
+        """A local pass: cloud steps trust the facts of the last full run instead of asking."""
+        return bool(self.options.get("local_only"))
 
     @property
     def azure(self):

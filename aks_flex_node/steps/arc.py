@@ -1,7 +1,7 @@
 """Azure Arc: this machine connected as an Arc resource, with a managed identity."""
 
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
-from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.errors import FlexNodeError, TemporaryError
 
 # azcmagent's --cloud names for the clouds we know (a custom cloud is not one of them).
 AZCMAGENT_CLOUDS = {
@@ -55,11 +55,15 @@ class ArcStep(Step):
                 f"{cfg.arc_resource_group!r}",
                 remedy="set machine_name and arc_resource_group to match it, or disconnect it "
                 "first (azcmagent disconnect)")
+        if ctx.local_only:
+            if not connected:
+                raise TemporaryError("the Azure Arc agent is not connected",
+                                     remedy="the next full pass reconnects it")
+            return Plan(noop_reason="the local Arc agent is connected")
         machine = arc.get_machine(ctx.azure.clients, cfg.subscription_id,
                                   cfg.arc_resource_group, cfg.machine_name)
         if connected and machine and machine.principal_id:
             ctx.facts.set("principal_id", machine.principal_id)
-            ctx.facts.set("machine", machine)
             plan.noop_reason = f"connected as {machine.id}"
             return plan
         why = ("the local agent is not connected" if not connected
@@ -83,7 +87,6 @@ class ArcStep(Step):
         machine = arc.wait_for_identity(ctx.azure.clients, cfg.subscription_id,
                                         cfg.arc_resource_group, cfg.machine_name)
         ctx.facts.set("principal_id", machine.principal_id)
-        ctx.facts.set("machine", machine)
 
     def undo(self, ctx, entries):
         from aks_flex_node.azure import arc

@@ -3,6 +3,8 @@
 from aks_flex_node.engine.step import CREDENTIALS, Plan, Step
 from aks_flex_node.errors import FlexNodeError
 
+LOCAL_PASS = "not asked in a local pass: the last full run's answer holds"
+
 
 class ClusterStep(Step):
     name = "cluster"
@@ -14,6 +16,8 @@ class ClusterStep(Step):
         from aks_flex_node.azure import aks
 
         cfg = ctx.config
+        if ctx.local_only:
+            return Plan(noop_reason=LOCAL_PASS)
         cluster = aks.get_cluster(ctx.azure.clients, cfg.cluster)
         if not cluster.azure_rbac:
             # The node authenticates with its Arc identity's Entra token; only Azure RBAC
@@ -23,7 +27,6 @@ class ClusterStep(Step):
                 "enabled, so a node's Arc identity cannot be authorized",
                 remedy="enable it: az aks update --enable-azure-rbac (needs AKS-managed Entra ID)")
         version = cfg.kubernetes_version or cluster.kubernetes_version
-        ctx.facts.set("cluster", cluster)
         ctx.facts.set("kubernetes_version", version)
         ctx.facts.set("arc_location", cfg.arc_location or cluster.location)
         return Plan(noop_reason=f"cluster {cluster.name} in {cluster.location}, "
@@ -40,6 +43,8 @@ class CredentialsStep(Step):
     def check(self, ctx):
         from aks_flex_node.azure import aks
 
+        if ctx.local_only:
+            return Plan(noop_reason=LOCAL_PASS)
         server, ca_pem = aks.server_and_ca(ctx.azure.clients, ctx.config.cluster)
         ctx.facts.set("server", server)
         ctx.facts.set("ca_pem", ca_pem)

@@ -10,6 +10,7 @@ import time
 
 from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step
 from aks_flex_node.errors import TemporaryError
+from aks_flex_node.steps.cluster import LOCAL_PASS
 from aks_flex_node.steps.kubelet import KUBECONFIG
 
 # Learn, "Troubleshoot Azure RBAC": role assignment changes can take up to 10 minutes.
@@ -50,6 +51,8 @@ class PropagationStep(Step):
 
     def check(self, ctx):
         plan = Plan()
+        if ctx.local_only:
+            return Plan(noop_reason=LOCAL_PASS)
         if not ctx.facts.get("principal_id"):
             plan.add("wait for the role assignments to take effect", "the identity is new",
                      lambda: self._wait(ctx))

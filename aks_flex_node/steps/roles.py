@@ -3,6 +3,7 @@
 import collections
 
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
+from aks_flex_node.steps.cluster import LOCAL_PASS
 
 Wanted = collections.namedtuple("Wanted", "role_name role_guid scope")
 
@@ -25,6 +26,8 @@ class RolesStep(Step):
         from aks_flex_node.azure import rbac
 
         cfg, plan = ctx.config, Plan()
+        if ctx.local_only:
+            return Plan(noop_reason=LOCAL_PASS)
         wanted = wanted_roles(cfg)
         principal = ctx.facts.get("principal_id")
         if not principal:

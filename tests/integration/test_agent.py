@@ -49,6 +49,13 @@ def test_agent_completes_a_pending_join_once_azure_answers(node):
             (status(node), agent.poll())
         assert not os.path.exists(node.path(PENDING)), "a successful join clears the pending mark"
         assert len(node.emu.state()["machines"]) == 1
+        # Local passes converge the host without reading ARM (throttling: azure-wire.md §5.1).
+        arm_reads = len(node.emu.requests(server="arm"))
+        passes = status(node)["started"]
+        assert wait_for(lambda: status(node).get("pass") == "local"
+                        and status(node)["started"] != passes, 30)
+        time.sleep(2.5)
+        assert len(node.emu.requests(server="arm")) == arm_reads
         # It keeps watching: a stopped kubelet is started again on a later pass.
         subprocess.run(["systemctl", "stop", "kubelet"], env=node.env, check=True)
         assert wait_for(lambda: subprocess.run(["systemctl", "is-active", "kubelet"], env=node.env,
