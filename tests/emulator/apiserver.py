@@ -98,7 +98,7 @@ def handle(app, server, req):
     verb = {("GET", False): "list", ("GET", True): "get", ("POST", False): "create", ("DELETE", True): "delete",
             ("PATCH", True): "patch", ("PUT", True): "update"}.get((req.method, name is not None))
     if verb is None:
-        raise status(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
+        raise status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     if not admin:
         _authorize(app, cl, principal, verb, resource, name)
 

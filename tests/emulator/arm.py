@@ -32,7 +32,7 @@ def base_url(req):
     return f"https://{req.header('Host', '127.0.0.1')}"
 
 
-def common_headers(req, status):
+def common_headers(req):
     """Headers real ARM adds to every answer (azure-wire.md §1f, §5.1)."""
     kind = {"GET": "reads", "HEAD": "reads", "DELETE": "deletes"}.get(req.method, "writes")
     request_id = str(uuid.uuid4())

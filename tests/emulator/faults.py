@@ -14,6 +14,8 @@ tried in order; the first match wins. The admin API itself is never faulted.
 import json
 import re
 
+from tests.emulator.httpbase import Response
+
 SERVERS = ("any", "arm", "entra", "himds", "apiserver", "artifacts")
 _MATCH_KEYS = {"method", "path_regex", "query_regex", "server", "times"}
 _RULE_KEYS = {"match", "respond", "delay", "drop", "corrupt"}
@@ -115,8 +117,6 @@ def take(rules, request):
 
 def canned_response(respond):
     """The Response a `respond` action describes. A JSON body is sent as JSON, a string as text."""
-    from tests.emulator.httpbase import Response
-
     headers = {k: str(v) for k, v in respond.get("headers", {}).items()}
     body = respond.get("body")
     if body is None:

@@ -126,6 +126,7 @@ class App:
             t.join(timeout=5)
         for s in servers:
             s.server_close()
+        self.state.forget_himds_keys()
         self.state.save()
         self._log.close()
 
@@ -194,7 +195,7 @@ class App:
         if rule is not None and rule.get("corrupt"):
             response.body = faults.corrupt(response.body)
         if req.kind == "arm":
-            for key, value in arm.common_headers(req, response.status).items():
+            for key, value in arm.common_headers(req).items():
                 response.headers.setdefault(key, value)
         self._record(req, response.status, started, fault=_fault_name(rule))
         with state.lock:

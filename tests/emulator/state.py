@@ -18,7 +18,7 @@ from tests.emulator import constants as c
 from tests.emulator import profiles
 
 STATE_FILE = "state.json"
-MAX_LOGGED_REQUESTS = 5000
+MAX_LOGGED_REQUESTS = 2000  # the oldest entries go first
 
 
 def iso(ts):
@@ -59,19 +59,20 @@ class State:
         self.dirty = True
 
     def save(self):
-        """Write state.json atomically (temp file + rename), owner-only."""
+        """Write state.json atomically (temp file + rename), owner-only. Under the lock, so
+        that an older snapshot can never land after a newer one."""
         with self.lock:
-            payload = json.dumps(self.data, indent=1, sort_keys=True)
+            tmp = f"{self.path}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.data, f, sort_keys=True)
+            os.replace(tmp, self.path)
             self.dirty = False
-        tmp = f"{self.path}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(payload)
-        os.replace(tmp, self.path)
 
     def save_if_dirty(self):
-        if self.dirty:
-            self.save()
+        with self.lock:
+            if self.dirty:
+                self.save()
 
     def load(self):
         with open(self.path) as f:
@@ -83,6 +84,17 @@ class State:
             for key, value in profiles.default_settings().items():
                 self.data["settings"].setdefault(key, value)
 
+    def forget_himds_keys(self):
+        """Delete outstanding HIMDS challenge key files: secrets on disk, not to be left behind."""
+        with self.lock:
+            keys = self.data.get("himds", {}).get("keys", {})
+            for info in keys.values():
+                try:
+                    os.unlink(info["path"])
+                except FileNotFoundError:
+                    pass
+            keys.clear()
+
     # -- the profile's initial world ---------------------------------------------------
 
     def reset(self, keep_tokens=True):
@@ -90,6 +102,7 @@ class State:
         directory's, not the resources'), as do the listening ports."""
         world = profiles.world(self.profile)
         with self.lock:
+            self.forget_himds_keys()
             old = self.data
             now = time.time()
             settings = profiles.default_settings()

@@ -13,6 +13,10 @@ behind its back is not re-created. Problems are retried each interval (as system
 Restart=always would restart the real kubelet) and logged to $FAKE_STATE_DIR/kubelet.log;
 its progress is in $FAKE_STATE_DIR/kubelet-status.json. A command in the kubeconfig with an
 absolute path is run from $FAKE_ROOT when it exists there.
+
+Unlike the real one it gives up (exit 1) once the apiserver has been unreachable for
+$FAKE_KUBELET_MAX_UNREACHABLE seconds (default 20) or its state directory is gone, so that a
+kubelet a test forgot to stop does not outlive the emulator.
 """
 
 import base64
@@ -230,8 +234,9 @@ class Credential:
 
 
 class ApiClient:
-    def __init__(self, server, ctx, credential):
+    def __init__(self, server, ctx, credential, contact):
         self.server, self.credential = server, credential
+        self.contact = contact  # {"at": time of the last HTTP answer from the apiserver}
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                                   urllib.request.HTTPSHandler(context=ctx))
 
@@ -245,8 +250,10 @@ class ApiClient:
         request = urllib.request.Request(self.server + path, data=data, headers=headers, method=method)
         try:
             with self.opener.open(request, timeout=15) as resp:
+                self.contact["at"] = time.time()
                 return resp.status, json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as e:
+            self.contact["at"] = time.time()
             if e.code == 401:
                 self.credential.invalidate()  # re-run the plugin for the next request (azure-wire.md §4.4)
             try:
@@ -292,6 +299,8 @@ def _ready(status, reason, message):
 
 def run(opts):
     interval = float(os.environ.get("FAKE_KUBELET_INTERVAL", "2"))
+    max_unreachable = float(os.environ.get("FAKE_KUBELET_MAX_UNREACHABLE", "20"))
+    contact = {"at": time.time()}  # the apiserver's last answer (any HTTP status counts)
     name = (opts.get("hostname-override") or socket.gethostname()).lower()
     kubeconfig_path = opts.get("kubeconfig")
     status = {"pid": os.getpid(), "node": name, "registered": False, "heartbeats": 0, "plugin_runs": 0,
@@ -308,7 +317,7 @@ def run(opts):
             if client is None:
                 config = load_kubeconfig(kubeconfig_path)
                 server, ctx, cluster, user_name, user = resolve(config, kubeconfig_path)
-                client = ApiClient(server, ctx, Credential(user_name, user, cluster, kubeconfig_path, status))
+                client = ApiClient(server, ctx, Credential(user_name, user, cluster, kubeconfig_path, status), contact)
                 status["server"] = server
             if not registered:
                 code, body = client.call("POST", "/api/v1/nodes", node_object(name, opts))
@@ -332,11 +341,15 @@ def run(opts):
         except KubeletError as e:
             status["last_error"] = str(e)
             log(str(e))
-            if "kubeconfig" in str(e):
-                client = None
+            if not registered:
+                client = None  # read the kubeconfig again next time, as a restarted kubelet would
         except (urllib.error.URLError, OSError) as e:
             status["last_error"] = f"connection to the apiserver failed: {e}"
             log(status["last_error"])
+        if status["last_error"] and time.time() - contact["at"] > max_unreachable:
+            log(f"no answer from the apiserver for over {max_unreachable:g} s: giving up")
+            write_status(status)
+            return 1
         write_status(status)
         deadline = time.time() + interval
         while not _stop and time.time() < deadline:

@@ -218,3 +218,11 @@ def test_connect_config_file_content(fake_host, arm_token, tmp_path):
         "location": C.LOCATION, "resource-name": "flex-node-1", "tags": "env=test,owner=ci",
         "access-token": arm_token,
     }
+
+
+def test_failing_show_is_an_error_not_a_disconnected_agent(fake_host, agent):
+    from aks_flex_node.host import CommandError
+
+    fake_host.fail("azcmagent", "FATAL   cannot read /var/opt/azcmagent/agentconfig.json", verb="show")
+    with pytest.raises(CommandError, match="agentconfig.json"):
+        agent.show()

@@ -254,3 +254,24 @@ def test_settings_from_a_loaded_config(fresh_emulator, tmp_path, no_proxy):
     assert settings.authority == fresh_emulator.authority
     assert C.SP_CLIENT_SECRET not in repr(settings)
     assert auth.arm_token(auth.credential(cfg), C.ARM_SCOPE).startswith(C.TOKEN_PREFIX)
+
+
+def test_in_memory_secret_from_an_upstream_config(endpoints):
+    """A secret read from an upstream config.json never touches a file: it is used as is."""
+    settings = auth.AuthSettings(method="service-principal", tenant_id=C.TENANT_ID, client_id=C.SP_CLIENT_ID,
+                                 client_secret=C.SP_CLIENT_SECRET, authority=endpoints.authority,
+                                 ca_bundle=endpoints.ca_bundle)
+    assert C.SP_CLIENT_SECRET not in repr(settings)
+    assert auth.arm_token(auth.credential(settings), C.ARM_SCOPE).startswith(C.TOKEN_PREFIX)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_azure_cli_config_of_another_user_is_refused(az_dir, tmp_path, monkeypatch):
+    foreign = tmp_path / "user-azure"
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)  # nobody's: as with sudo keeping a user's AZURE_CONFIG_DIR
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(foreign))
+    with pytest.raises(AuthError, match=f"AZURE_CONFIG_DIR = '{foreign}' is owned by uid 65534"):
+        auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))
+    os.chown(foreign, os.geteuid(), os.getegid())
+    assert type(auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))).__name__ == "AzureCliCredential"

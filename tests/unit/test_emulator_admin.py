@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from tests.emulator import constants as C
-from tests.emulator_fixtures import EmulatorError, emulator, fresh_emulator  # noqa: F401
+from tests.emulator_fixtures import EmulatorError
 
 MACHINE = f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.CLUSTER_RG}/providers/Microsoft.HybridCompute/machines"
 

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from tests.emulator import constants as C
-from tests.emulator_fixtures import emulator, fresh_emulator  # noqa: F401 (shared with tests/conftest.py)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import time
 import pytest
 
 from tests.emulator import constants as C
-from tests.emulator_fixtures import emulator, fresh_emulator  # noqa: F401 (shared with tests/conftest.py)
 
 ARCHIVES = [
     ("kubernetes-node-v1.30.4-linux-amd64.tar.gz",

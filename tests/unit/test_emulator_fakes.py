@@ -8,8 +8,7 @@ import time
 import pytest
 
 from tests.emulator import constants as C
-from tests.emulator_fixtures import (FAKES_BIN, emulator, fake_env, fake_host,  # noqa: F401
-                                     fresh_emulator)
+from tests.emulator_fixtures import FAKES_BIN, fake_env
 
 MACHINE_ID = f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.ARC_RG}/providers/Microsoft.HybridCompute/machines/"
 

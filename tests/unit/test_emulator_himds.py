@@ -10,7 +10,6 @@ import uuid
 import pytest
 
 from tests.emulator import constants as C
-from tests.emulator_fixtures import emulator, fresh_emulator  # noqa: F401 (shared with tests/conftest.py)
 
 ROLE = f"/subscriptions/{C.SUBSCRIPTION_ID}/providers/Microsoft.Authorization/roleDefinitions/{{}}"
 
@@ -184,3 +183,11 @@ def test_azure_identity_arc_credential_reads_the_challenge_path(fresh_emulator, 
     monkeypatch.delenv("IDENTITY_HEADER", raising=False)
     token = ManagedIdentityCredential().get_token(f"{C.AKS_SERVER_APP_ID}/.default")
     assert token.token.startswith(C.TOKEN_PREFIX)
+
+
+def test_unanswered_challenge_keys_are_removed_on_reset(fresh_emulator):
+    connect(fresh_emulator)
+    key_file = challenge(fresh_emulator)
+    assert os.path.exists(key_file)
+    fresh_emulator.reset()
+    assert not os.path.exists(key_file) and os.listdir(fresh_emulator.himds_key_dir) == []

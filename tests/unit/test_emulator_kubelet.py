@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from tests.emulator import constants as C
-from tests.emulator_fixtures import emulator, fake_host, fresh_emulator  # noqa: F401
 
 V1 = "client.authentication.k8s.io/v1"
 V1BETA1 = "client.authentication.k8s.io/v1beta1"
@@ -170,7 +169,7 @@ def test_kubelet_registers_its_node_and_posts_ready_until_stopped(fake_host):
 
 def test_kubelet_waits_for_rbac_then_registers(fake_host):
     setup_node(fake_host)
-    fake_host.emulator.settings(rbac_propagation_delay=1.0)
+    fake_host.emulator.settings(rbac_propagation_delay=0.6)
     systemctl(fake_host, "start", "kubelet")
     assert wait_for(lambda: ready(fake_host.emulator)), kubelet_log(fake_host)
     assert "HTTP 403" in kubelet_log(fake_host)
@@ -237,3 +236,16 @@ def _no_stray_kubelets(fake_host):
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or \
             open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+
+
+def test_kubelet_gives_up_when_the_apiserver_is_gone(fake_host):
+    setup_node(fake_host, role=None)
+    config_path = fake_host.path("/var/lib/kubelet/kubeconfig")
+    config = json.loads(config_path.read_text())
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"  # nothing listens on discard
+    config_path.write_text(json.dumps(config))
+    env = {**fake_host.env, "FAKE_KUBELET_INTERVAL": "0.1", "FAKE_KUBELET_MAX_UNREACHABLE": "0.5"}
+    proc = subprocess.run([str(fake_host.path("/usr/local/bin/kubelet")), "--kubeconfig=/var/lib/kubelet/kubeconfig"],
+                          env=env, capture_output=True, timeout=20)
+    assert proc.returncode == 1
+    assert "no answer from the apiserver for over 0.5 s: giving up" in kubelet_log(fake_host)

@@ -25,7 +25,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from tests.emulator import constants as C
-from tests.emulator_fixtures import emulator, fresh_emulator  # noqa: F401 (shared with tests/conftest.py)
 
 MACHINES = "/providers/Microsoft.HybridCompute/machines/"
 
