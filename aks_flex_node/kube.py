@@ -8,7 +8,6 @@ A 403 is its own error type: right after the role assignments are made, the apis
 answers 403 until Azure RBAC has propagated (azure-wire.md §5.4), and callers poll on it.
 """
 
-import ipaddress
 import json
 import socket
 import ssl
@@ -17,6 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from aks_flex_node.azure.himds import is_loopback
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
 
 
@@ -41,15 +41,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
-
-
-def _is_loopback(host):
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _node_summary(node):
@@ -83,7 +74,7 @@ class KubeClient:
         handlers = [urllib.request.HTTPSHandler(context=context), _NoRedirect()]
         if proxy:
             handlers.append(urllib.request.ProxyHandler({"https": proxy}))
-        elif _is_loopback(parts.hostname):
+        elif is_loopback(parts.hostname):
             handlers.append(urllib.request.ProxyHandler({}))
         self._opener = urllib.request.build_opener(*handlers)
 

@@ -13,11 +13,11 @@ import datetime
 import json
 import os
 import sys
-import tempfile
 import time
 
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import ExitCode, FlexNodeError
+from aks_flex_node.host import fs
 
 DEFAULT_CONFIG = "/etc/aks-flex-node/aks-flex-node.conf"
 CACHE_PATH = "/var/lib/aks-flex-node/token-cache.json"
@@ -150,19 +150,9 @@ class TokenCache:
         if info.st_uid != os.geteuid() or info.st_mode & 0o022:
             # Someone else could swap the file under us: do without a cache.
             return False
-        fd, tmp = tempfile.mkstemp(prefix=".token-cache.", dir=directory)  # created 0600
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump({"resource": resource, "access_token": token.access_token, "expires_on": token.expires_on}, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        body = json.dumps({"resource": resource, "access_token": token.access_token,
+                           "expires_on": token.expires_on}).encode()
+        fs.write_file(self.path, body, 0o600)  # atomic; the temp file is 0600 from the start
         return True
 
 

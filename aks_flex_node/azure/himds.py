@@ -72,7 +72,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         )
 
 
-def _is_loopback(host):
+def is_loopback(host):
     if host == "localhost":
         return True
     try:
@@ -83,7 +83,7 @@ def _is_loopback(host):
 
 def _opener(url):
     handlers = [_NoRedirect()]
-    if _is_loopback(urllib.parse.urlsplit(url).hostname or ""):
+    if is_loopback(urllib.parse.urlsplit(url).hostname or ""):
         # HIMDS is local: an HTTP(S)_PROXY from the environment must not capture it,
         # whatever no_proxy says.
         handlers.append(urllib.request.ProxyHandler({}))

@@ -1,31 +1,30 @@
 """Everything that touches the machine: the root prefix, the only subprocess caller,
 atomic file writes, systemd, kernel settings, downloads with checksums, tar installs.
 
-No Azure SDK here (docs/design.md, module table).
+No Azure SDK here (docs/design.md, module table). Names are loaded on first use (PEP 562),
+so `aks-flex-node token` can take `host.fs` without paying for tarfile, ssl and the rest.
 """
 
-from aks_flex_node.host.archive import ArchiveError, members_under, read_members
-from aks_flex_node.host.download import (
-    ChecksumMismatch,
-    DownloadError,
-    Downloader,
-    DownloadUnavailable,
-)
-from aks_flex_node.host.fs import HostFileError
-from aks_flex_node.host.kernel import Kernel, comment_out_swap
-from aks_flex_node.host.root import HOST_BIN_ENV, Host
-from aks_flex_node.host.run import (
-    CommandError,
-    CommandNotFound,
-    CommandTimeout,
-    RunResult,
-    SkippedRun,
-)
-from aks_flex_node.host.systemd import Systemd, unit_name
+import importlib
 
-__all__ = [
-    "ArchiveError", "ChecksumMismatch", "CommandError", "CommandNotFound", "CommandTimeout",
-    "DownloadError", "DownloadUnavailable", "Downloader", "HOST_BIN_ENV", "Host",
-    "HostFileError", "Kernel", "RunResult", "SkippedRun", "Systemd", "comment_out_swap",
-    "members_under", "read_members", "unit_name",
-]
+_WHERE = {
+    "ArchiveError": "archive", "members_under": "archive", "read_members": "archive",
+    "ChecksumMismatch": "download", "DownloadError": "download", "Downloader": "download",
+    "DownloadUnavailable": "download",
+    "HostFileError": "fs",
+    "Kernel": "kernel", "comment_out_swap": "kernel",
+    "HOST_BIN_ENV": "root", "Host": "root",
+    "CommandError": "run", "CommandNotFound": "run", "CommandTimeout": "run", "RunResult": "run",
+    "SkippedRun": "run",
+    "Systemd": "systemd", "unit_name": "systemd",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
