@@ -179,10 +179,11 @@ class Azcmagent:
             raise AzcmagentError(f"`{self.command} show -j` printed {type(shown).__name__}: expected a JSON object")
         return shown
 
-    def is_connected(self, expected):
+    def is_connected(self, expected, shown=None):
         """Connected, to the resource `expected` names (resource-name / resource-group /
-        subscription-id, or their camelCase `show -j` keys)?"""
-        shown = self.show()
+        subscription-id, or their camelCase `show -j` keys)? `shown` is a `show()` the
+        caller already has (one agent call, not two)."""
+        shown = self.show() if shown is None else shown
         if not shown or str(shown.get("status", "")).lower() != "connected":
             return False
         pairs = (

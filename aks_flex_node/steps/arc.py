@@ -47,7 +47,7 @@ class ArcStep(Step):
         shown = agent.show() or {}
         location = ctx.facts.get("arc_location") or cfg.arc_location
         settings = connect_settings(cfg, location)
-        connected = agent.is_connected(settings)
+        connected = agent.is_connected(settings, shown)
         if not connected and shown.get("status", "").lower() == "connected":
             raise FlexNodeError(
                 f"this machine is already connected to Azure Arc as {shown.get('resourceName')!r} "

@@ -17,18 +17,25 @@ from aks_flex_node.steps.kubelet import KUBECONFIG
 RBAC_PROPAGATION_TIMEOUT = 600
 
 
-def kube_client(ctx):
-    from aks_flex_node import kube
+def node_token(ctx):
+    """The node identity's token for the API server, fetched from HIMDS once per run and
+    reused while it has five minutes left (each fetch is a challenge round trip)."""
     from aks_flex_node.azure import himds
 
-    cfg = ctx.config
+    cached = ctx.facts.get("node_token")
+    if cached is None or cached.expires_on - time.time() < 300:
+        cfg = ctx.config
+        cached = himds.get_token(cfg.himds_endpoint, himds.AKS_RESOURCE, cfg.himds_key_dir,
+                                 root=str(ctx.host.root))
+        ctx.facts.set("node_token", cached)
+    return cached.access_token
 
-    def token():
-        return himds.get_token(cfg.himds_endpoint, himds.AKS_RESOURCE, cfg.himds_key_dir,
-                               root=str(ctx.host.root)).access_token
 
-    return kube.KubeClient(ctx.facts.get("server"), ctx.facts.get("ca_pem"), token,
-                           proxy=cfg.https_proxy or None)
+def kube_client(ctx):
+    from aks_flex_node import kube
+
+    return kube.KubeClient(ctx.facts.get("server"), ctx.facts.get("ca_pem"),
+                           lambda: node_token(ctx), proxy=ctx.config.https_proxy or None)
 
 
 def identity_authorized(client, node_name):
@@ -103,7 +110,7 @@ class NodeReadyStep(Step):
 
     def _wait(self, ctx):
         name = ctx.config.machine_name
-        kube_client(ctx).wait_node_ready(name, timeout=ctx.config.node_ready_timeout)
+        kube_client(ctx).wait_node_ready(name, timeout=ctx.config.node_ready_timeout, interval=1)
         ctx.ledger.record(self.name, "node", name)
 
     def undo(self, ctx, entries):
