@@ -8,17 +8,21 @@ LOCAL_PASS = "not asked in a local pass: the last full run's answer holds"
 
 class ClusterStep(Step):
     name = "cluster"
-    help = "read the target cluster (location, Kubernetes version, Azure RBAC)"
+    help = "read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's permissions"
     branch = CREDENTIALS
     cloud = True
 
     def check(self, ctx):
-        from aks_flex_node.azure import aks
+        from aks_flex_node.azure import aks, permissions
 
         cfg = ctx.config
         if ctx.local_only:
             return Plan(noop_reason=LOCAL_PASS)
         cluster = aks.get_cluster(ctx.azure.clients, cfg.cluster)
+        # Every host change waits for this step (steps/workflow.py): a missing permission
+        # fails here, before the host or Azure is touched.
+        permissions.require_join_permissions(ctx.azure.clients, cfg.cluster, cfg.subscription_id,
+                                             cfg.arc_resource_group)
         if not cluster.azure_rbac:
             # The node authenticates with its Arc identity's Entra token; only Azure RBAC
             # for Kubernetes turns that identity's role assignments into API permissions.

@@ -3,7 +3,9 @@
 The declared order is what --sequential follows; `needs` is what the concurrent runner
 follows, so the identity branch (arc, roles, propagation), the install branch (system,
 runtime, binaries, CNI) and the credentials read overlap, and only the kubelet's start
-waits for all of them. Every step waits for preflight.
+waits for all of them. Every step waits for preflight, then for the cluster read: that one
+call proves the operator's credential and permissions before anything on the host changes,
+so a wrong secret or a missing role fails (exit 4) with the host untouched.
 """
 
 from aks_flex_node.steps.arc import ArcStep
@@ -27,8 +29,10 @@ STEP_CLASSES = (
 def bootstrap_steps():
     steps = [cls() for cls in STEP_CLASSES]
     for step in steps:
-        if step.name != "preflight" and not step.needs:
+        if step.name == "cluster":
             step.needs = ("preflight",)
+        elif step.name != "preflight" and not step.needs:
+            step.needs = ("cluster",)
     return steps
 
 

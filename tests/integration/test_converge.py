@@ -116,3 +116,31 @@ def test_joined_elsewhere_is_refused(node):
     proc = node.cli("bootstrap")
     assert proc.returncode == 3
     assert "joined-elsewhere" in proc.stderr and "unbootstrap" in proc.stderr
+
+
+def test_a_wrong_secret_is_an_auth_error_before_any_host_change(node):
+    with open(node.path("/etc/aks-flex-node/sp-client-secret"), "w") as f:
+        f.write("not-the-secret\n")
+    before = node.files()
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "AADSTS7000215" in proc.stderr and "sp_client_secret_file" in proc.stderr
+    assert "not-the-secret" not in proc.stdout + proc.stderr
+    changed = node.files() - before
+    assert changed <= {"/var/lib/aks-flex-node", "/var/lib/aks-flex-node/lock",
+                       "/var/lib/aks-flex-node/status.json",
+                       "/var/lib/aks-flex-node/provision.complete"}, changed
+
+
+def test_missing_permission_is_an_auth_error(node):
+    # The reader principal may read the cluster but not assign roles.
+    with open(node.path("/etc/aks-flex-node/sp-client-secret"), "w") as f:
+        f.write(C.READER_SP_CLIENT_SECRET + "\n")
+    path = node.path("/etc/aks-flex-node/aks-flex-node.conf")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace(C.SP_CLIENT_ID, C.READER_SP_CLIENT_ID))
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "roleAssignments/write" in proc.stderr or "Owner" in proc.stderr

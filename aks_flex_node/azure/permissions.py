@@ -1,0 +1,66 @@
+"""What the operator's identity may do, checked before anything changes.
+
+ARM's permissions API returns the caller's effective actions at a scope
+(azure-wire.md §1e); we evaluate the wildcards ourselves (`*`, `*/read`,
+`Microsoft.Authorization/*`), an action being allowed when some block's actions match it
+and that block's notActions do not. Upstream found out mid-way, with a 403 after the Arc
+connect (upstream issue #183: upstream-go-agent.md §7).
+"""
+
+import fnmatch
+
+from aks_flex_node.azure.auth import azure_errors
+from aks_flex_node.errors import AuthError
+
+# What a join needs, and where (role assignments and Arc machines are also deleted by
+# unbootstrap, so those are needed too).
+CLUSTER_ACTIONS = (
+    "Microsoft.ContainerService/managedClusters/read",
+    "Microsoft.ContainerService/managedClusters/listClusterUserCredential/action",
+    "Microsoft.Authorization/roleAssignments/write",
+    "Microsoft.Authorization/roleAssignments/delete",
+)
+ARC_GROUP_ACTIONS = (
+    "Microsoft.HybridCompute/machines/read",
+    "Microsoft.HybridCompute/machines/write",
+    "Microsoft.HybridCompute/machines/delete",
+)
+
+
+def allowed(action, blocks):
+    """Is `action` allowed by the permission `blocks` (each with actions / not_actions)?"""
+    action = action.lower()
+
+    def matches(patterns):
+        return any(fnmatch.fnmatchcase(action, p.lower()) for p in patterns or ())
+
+    return any(matches(b.actions) and not matches(b.not_actions) for b in blocks)
+
+
+def _cluster_blocks(clients, ref):
+    perms = clients.authorization(ref.subscription_id).permissions
+    return list(perms.list_for_resource(ref.resource_group, "Microsoft.ContainerService", "",
+                                        "managedClusters", ref.name))
+
+
+def _group_blocks(clients, subscription_id, resource_group):
+    perms = clients.authorization(subscription_id).permissions
+    return list(perms.list_for_resource_group(resource_group))
+
+
+def require_join_permissions(clients, cluster_ref, arc_subscription_id, arc_resource_group):
+    """Raise AuthError naming every missing action, and where, before a join begins."""
+    missing = []
+    with azure_errors(f"reading the operator's permissions on {cluster_ref.resource_id}"):
+        blocks = _cluster_blocks(clients, cluster_ref)
+    missing += [(a, cluster_ref.resource_id) for a in CLUSTER_ACTIONS if not allowed(a, blocks)]
+    group_id = f"/subscriptions/{arc_subscription_id}/resourceGroups/{arc_resource_group}"
+    with azure_errors(f"reading the operator's permissions on {group_id}"):
+        blocks = _group_blocks(clients, arc_subscription_id, arc_resource_group)
+    missing += [(a, group_id) for a in ARC_GROUP_ACTIONS if not allowed(a, blocks)]
+    if missing:
+        lines = "\n  ".join(f"{action} on {scope}" for action, scope in missing)
+        raise AuthError(
+            f"the operator identity lacks {len(missing)} permission(s) a join needs:\n  {lines}",
+            remedy="grant it Owner, or User Access Administrator plus Contributor, on the cluster "
+            "and Azure Connected Machine Onboarding on the Arc resource group (docs/roles.md)")
