@@ -62,5 +62,6 @@ def require_join_permissions(clients, cluster_ref, arc_subscription_id, arc_reso
         lines = "\n  ".join(f"{action} on {scope}" for action, scope in missing)
         raise AuthError(
             f"the operator identity lacks {len(missing)} permission(s) a join needs:\n  {lines}",
-            remedy="grant it Owner, or User Access Administrator plus Contributor, on the cluster "
-            "and Azure Connected Machine Onboarding on the Arc resource group (docs/roles.md)")
+            remedy="grant it Owner on the cluster (or Cluster User Role plus User Access "
+            "Administrator), and Azure Connected Machine Onboarding plus delete rights on the "
+            "Arc resource group: docs/roles.md lists each action")
