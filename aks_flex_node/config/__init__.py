@@ -1,0 +1,104 @@
+"""The configuration file /etc/aks-flex-node/aks-flex-node.conf: load, check, write.
+
+Schema first, then meaning (STYLE.md, after cloud-init): configobj's `validate` checks
+every value against the shipped configspec (aks_flex_node/configspec.ini) with the check
+functions of `checks`, then `semantic` checks what needs more than one key or the host
+(auth method, cloud, files named by the config, the hostname default). Every problem is
+collected and raised at once in one ConfigError.
+
+The modules, each with one concern (callers use this package's names only):
+  paths       DEFAULT_PATH; node paths under a root
+  values      a typed value as one line of text; redaction of secrets and proxy credentials
+  model       Config (the checked configuration), ClusterRef, artifact URLs
+  checks      configobj check functions and their patterns, one value at a time
+  spec        the configspec: sections, keys, their order
+  fileformat  parsing the file and the one-line rules a value must follow
+  semantic    checks across keys and against the host; defaults derived from them
+  loader      load(), from_values(), load_upstream_json(): parse, validate, check
+  writer      write() and render_default()
+
+Cheap to import: configobj and the stdlib only, no Azure SDK.
+"""
+
+import sys
+
+from aks_flex_node.config.checks import (
+    CHECKS,
+    EVICTION_SIGNALS,
+    KUBELET_LABEL_NAMESPACES,
+    KUBELET_LABELS,
+    MACHINE_NAME_EXPECTED,
+    MACHINE_NAME_MAX,
+    RESERVED_RESOURCES,
+    TAINT_EFFECTS,
+    Invalid,
+    check_abs_path,
+    check_checksum_template,
+    check_cidr,
+    check_command,
+    check_dns_domain,
+    check_host_list,
+    check_host_port,
+    check_image_ref,
+    check_integer,
+    check_ip_address,
+    check_k8s_name,
+    check_k8s_version,
+    check_key_value_list,
+    check_location,
+    check_option,
+    check_resource_group,
+    check_resource_id,
+    check_taint_list,
+    check_url,
+    check_url_template,
+    check_uuid,
+    check_version,
+    is_machine_name,
+)
+from aks_flex_node.config.fileformat import open_configobj as _open_configobj  # noqa: F401 (tests)
+from aks_flex_node.config.loader import from_values, load, load_upstream_json
+from aks_flex_node.config.model import (
+    ARCHES,
+    ARTIFACTS,
+    CLUSTER_ID_EXAMPLE,
+    MIRROR_FILENAMES,
+    ClusterRef,
+    Config,
+    parse_cluster_id,
+)
+from aks_flex_node.config.paths import DEFAULT_PATH
+from aks_flex_node.config.semantic import MANAGED_LABEL
+from aks_flex_node.config.spec import keys, section_of
+from aks_flex_node.config.values import REDACTED, redact_url, serialize
+from aks_flex_node.config.writer import render_default, write
+from aks_flex_node.errors import ConfigError, ConfigProblem
+
+__all__ = [
+    # reading, writing, the result
+    "DEFAULT_PATH", "load", "from_values", "load_upstream_json", "write", "render_default",
+    "Config", "ClusterRef", "parse_cluster_id", "ConfigError", "ConfigProblem",
+    # keys and values
+    "keys", "section_of", "serialize", "redact_url", "REDACTED",
+    "ARTIFACTS", "ARCHES", "MIRROR_FILENAMES", "MANAGED_LABEL", "CLUSTER_ID_EXAMPLE",
+    # the checks the configspec names, and what they know
+    "CHECKS", "Invalid", "is_machine_name", "MACHINE_NAME_MAX", "MACHINE_NAME_EXPECTED",
+    "KUBELET_LABEL_NAMESPACES", "KUBELET_LABELS", "RESERVED_RESOURCES", "EVICTION_SIGNALS",
+    "TAINT_EFFECTS",
+    "check_abs_path", "check_checksum_template", "check_cidr", "check_command", "check_dns_domain",
+    "check_host_list", "check_host_port", "check_image_ref", "check_integer", "check_ip_address",
+    "check_k8s_name", "check_k8s_version", "check_key_value_list", "check_location", "check_option",
+    "check_resource_group", "check_resource_id", "check_taint_list", "check_url", "check_url_template",
+    "check_uuid", "check_version",
+    "main",
+]
+
+
+def main(argv=None):
+    """`python3 -m aks_flex_node.config default` prints the default configuration file."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["default"]:
+        sys.stderr.write("usage: python3 -m aks_flex_node.config default\n")
+        return 2
+    sys.stdout.write(render_default())
+    return 0

@@ -1,0 +1,398 @@
+"""The check functions configobj's Validator calls for each type the configspec names.
+
+Each takes the raw string ("" = unset, which only reaches a check through a default of "")
+and returns the typed value, or raises Invalid naming what is expected. They look at one
+value only; what needs several keys or the host is in `semantic`.
+"""
+
+import ipaddress
+import os
+import re
+import string
+from urllib.parse import urlsplit
+
+from configobj.validate import ValidateError, Validator, is_integer
+
+from aks_flex_node.config.model import CLUSTER_ID_EXAMPLE, parse_cluster_id
+
+
+class Invalid(ValidateError):
+    def __init__(self, value, expected):
+        super().__init__(f"{value!r}: expected {expected}")
+        self.value = value
+        self.expected = expected
+
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes qualified name part and label value (k8s.io apimachinery validation: 63 max,
+# alphanumeric at both ends, '-', '_', '.' inside).
+_K8S_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# Resource group names: common-types v5 ResourceGroupNameParameter, 1..90 characters.
+_RESOURCE_GROUP = re.compile(r"^[-\w._()]{1,90}$")
+# Arc machine names are at most 54 characters (HybridCompute 2026-07-15 openapi.json,
+# machineName); node names are RFC 1123 subdomains, lowercase.
+MACHINE_NAME_MAX = 54
+MACHINE_NAME_EXPECTED = (
+    "a lowercase name of letters, digits, '-' and '.', starting and ending with a letter "
+    f"or digit, at most {MACHINE_NAME_MAX} characters (a Kubernetes node name that is "
+    "also a valid Arc machine name)"
+)
+_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z][0-9A-Za-z.-]*)?)$")
+_K8S_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)$")
+_IMAGE_REF = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?"  # registry host (or first path part)
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"  # path
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"  # tag, digest
+)
+_QUANTITY = re.compile(r"^\d+(?:\.\d+)?(?:m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+_PERCENT = re.compile(r"^\d+(?:\.\d+)?%$")
+_COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
+_NO_PROXY_ENTRY = re.compile(r"^[A-Za-z0-9.*:\[\]/_-]+$")
+
+# kubelet refuses --node-labels in the kubernetes.io / k8s.io namespaces except these
+# (kubernetes cmd/kubelet/app/options/options.go ValidateKubeletFlags and
+# pkg/kubelet/apis/well_known_labels.go).
+KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+KUBELET_LABELS = (
+    "beta.kubernetes.io/arch", "beta.kubernetes.io/instance-type", "beta.kubernetes.io/os",
+    "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+    "kubernetes.io/arch", "kubernetes.io/hostname", "kubernetes.io/os",
+    "node.kubernetes.io/instance-type", "topology.kubernetes.io/region", "topology.kubernetes.io/zone",
+)
+# kube-reserved resources and eviction signals the kubelet knows (kubelet flag reference).
+RESERVED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
+EVICTION_SIGNALS = (
+    "memory.available", "nodefs.available", "nodefs.inodesFree", "imagefs.available",
+    "imagefs.inodesFree", "containerfs.available", "containerfs.inodesFree", "pid.available",
+)
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Azure tag names: at most 512 characters, none of < > % & \ ? / ; values at most 256.
+_TAG_FORBIDDEN = set('<>%&\\?/')
+
+
+def check_uuid(value):
+    if value == "":
+        return ""
+    if not _UUID.match(value):
+        raise Invalid(value, "a UUID such as 00000000-0000-0000-0000-000000000000")
+    return value.lower()
+
+
+def check_option(value, *options, **_):
+    if value not in options:
+        raise Invalid(value, "one of " + ", ".join(options))
+    return value
+
+
+def check_integer(value, min=None, max=None):
+    try:
+        return is_integer(value, min, max)
+    except ValidateError:
+        raise Invalid(value, f"a whole number from {min} to {max}") from None
+
+
+def check_url(value, scheme="https", credentials="no"):
+    if value == "":
+        return ""
+    schemes = scheme.split("|")
+    expected = f"a URL starting with {' or '.join(s + '://' for s in schemes)} and naming a host"
+    if any(c.isspace() for c in value):
+        raise Invalid(value, expected + ", without spaces")
+    try:
+        parts = urlsplit(value)
+        parts.port  # raises ValueError on a bad port
+    except ValueError:
+        raise Invalid(value, expected) from None
+    if parts.scheme not in schemes or not parts.hostname:
+        raise Invalid(value, expected)
+    if credentials != "allowed" and (parts.username or parts.password):
+        raise Invalid(value, expected + ", without user:password@")
+    return value
+
+
+def check_abs_path(value):
+    if value == "":
+        return ""
+    if not value.startswith("/") or "\0" in value:
+        raise Invalid(value, "an absolute path, starting with /")
+    return os.path.normpath(value)
+
+
+def check_command(value):
+    if value.startswith("/"):
+        return check_abs_path(value)
+    if not _COMMAND_NAME.match(value):
+        raise Invalid(value, "a command name found in PATH (letters, digits, '.', '_', '+', '-') "
+                             "or an absolute path")
+    return value
+
+
+def is_machine_name(name):
+    if not name or len(name) > MACHINE_NAME_MAX:
+        return False
+    return all(_DNS_LABEL.match(label) for label in name.split("."))
+
+
+def check_k8s_name(value):
+    if value == "":
+        return ""
+    if not is_machine_name(value):
+        raise Invalid(value, MACHINE_NAME_EXPECTED)
+    return value
+
+
+def check_resource_group(value):
+    if value == "":
+        return ""
+    if not _RESOURCE_GROUP.match(value) or value.endswith("."):
+        raise Invalid(value, "a resource group name: 1 to 90 letters, digits, '_', '-', '.', '(' or ')', "
+                             "not ending in '.'")
+    return value
+
+
+def check_location(value):
+    if value == "":
+        return ""
+    if not re.match(r"^[A-Za-z0-9]+$", value):
+        raise Invalid(value, "an Azure region name such as westeurope (letters and digits, no spaces)")
+    return value.lower()
+
+
+def check_resource_id(value):
+    try:
+        return parse_cluster_id(value).resource_id
+    except ValueError:
+        raise Invalid(value, "an AKS cluster resource ID: " + CLUSTER_ID_EXAMPLE) from None
+
+
+def check_version(value):
+    match = _VERSION.match(value)
+    if not match:
+        raise Invalid(value, "a version number x.y.z such as 1.2.3")
+    return match.group(1)
+
+
+def check_k8s_version(value):
+    if value == "":
+        return ""
+    match = _K8S_VERSION.match(value)
+    if not match:
+        raise Invalid(value, "a Kubernetes version x.y.z such as 1.30.4, or empty for the cluster's")
+    return match.group(1)
+
+
+def check_image_ref(value):
+    if not _IMAGE_REF.match(value) or (":" not in value.rsplit("/", 1)[-1] and "@" not in value):
+        raise Invalid(value, "a container image with a tag or digest, such as "
+                             "mcr.microsoft.com/oss/kubernetes/pause:3.9")
+    return value
+
+
+def _template_fields(value, allowed, expected):
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+    except ValueError:
+        raise Invalid(value, expected) from None
+    if not fields <= set(allowed) or "" in fields:
+        raise Invalid(value, expected)
+    return fields
+
+
+def check_url_template(value):
+    expected = "an https URL template containing {version} and {arch} (and no other {placeholder})"
+    fields = _template_fields(value, ("version", "arch"), expected)
+    if fields != {"version", "arch"}:
+        raise Invalid(value, expected)
+    try:
+        check_url(value.format(version="1.2.3", arch="amd64"))
+    except Invalid:
+        raise Invalid(value, expected) from None
+    return value
+
+
+def check_checksum_template(value):
+    expected = "{url} followed by a suffix, or an https URL template, using only {url}, {version} and {arch}"
+    fields = _template_fields(value, ("url", "version", "arch"), expected)
+    try:
+        check_url(value.format(url="https://example.com/a.tgz", version="1.2.3", arch="amd64"))
+    except Invalid:
+        raise Invalid(value, expected) from None
+    if not fields & {"url", "version"}:
+        raise Invalid(value, expected + " (at least {url} or {version}, or every version has the same checksum)")
+    return value
+
+
+def _items(value, separator, what, example):
+    """Split "a=b,c=d" into pairs; the whole value is named in errors."""
+    pairs = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            raise Invalid(value, f"{what} separated by single commas, such as {example}")
+        name, sep, val = item.partition(separator)
+        if not sep:
+            raise Invalid(value, f"{what} such as {example}: {item!r} has no {separator!r}")
+        pairs.append((name.strip(), val.strip()))
+    names = [n for n, _ in pairs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise Invalid(value, f"{what} with each name once ({', '.join(duplicates)} repeated)")
+    return pairs
+
+
+def _is_qualified_name(name):
+    prefix, slash, base = name.rpartition("/")
+    if slash and not (len(prefix) <= 253 and all(_DNS_LABEL.match(p) for p in prefix.split("."))):
+        return False
+    return len(base) <= 63 and bool(_K8S_NAME_PART.match(base))
+
+
+def _is_label_value(val):
+    return val == "" or (len(val) <= 63 and bool(_K8S_NAME_PART.match(val)))
+
+
+def _label_namespace_allowed(name):
+    namespace = name.rpartition("/")[0]
+    is_kubernetes = any(namespace == d or namespace.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
+    if not is_kubernetes or name in KUBELET_LABELS:
+        return True
+    return any(namespace == ns or namespace.endswith("." + ns) for ns in KUBELET_LABEL_NAMESPACES)
+
+
+def check_key_value_list(value, kind="label"):
+    """label, tag and reserved lists are name=value; eviction lists are signal<threshold.
+    The typed value is the list of normalised "name=value" (or "signal<threshold") items."""
+    if value == "":
+        return []
+    separator = "<" if kind == "eviction" else "="
+    if kind == "label":
+        pairs = _items(value, "=", "name=value labels", "tier=edge,site=lyon")
+        for name, val in pairs:
+            if not _is_qualified_name(name) or not _is_label_value(val):
+                raise Invalid(value, f"Kubernetes labels name=value: {name}={val} is not a valid label "
+                                     "(names and values: up to 63 letters, digits, '-', '_', '.', "
+                                     "alphanumeric at both ends; a name may have a DNS prefix/)")
+            if not _label_namespace_allowed(name):
+                raise Invalid(value, f"labels the kubelet may set: {name} is in the kubernetes.io/k8s.io "
+                                     f"namespace, where only {', '.join(KUBELET_LABEL_NAMESPACES)} "
+                                     "prefixes and the well-known labels are allowed; add it with "
+                                     "kubectl label after the node joined")
+    elif kind == "tag":
+        pairs = _items(value, "=", "name=value tags", "env=edge,site=lyon")
+        for name, val in pairs:
+            if not name or len(name) > 512 or _TAG_FORBIDDEN & set(name) or len(val) > 256:
+                raise Invalid(value, f"Azure tags name=value: {name}={val} is not valid (names up to "
+                                     "512 characters without < > % & \\ ? /, values up to 256)")
+    elif kind == "reserved":
+        pairs = _items(value, "=", "resource=quantity pairs", "cpu=100m,memory=512Mi")
+        for name, val in pairs:
+            if name not in RESERVED_RESOURCES or not _QUANTITY.match(val):
+                raise Invalid(value, "resource=quantity pairs with resource one of "
+                                     f"{', '.join(RESERVED_RESOURCES)} and a quantity such as 100m or 512Mi "
+                                     f"({name}={val} is not)")
+    elif kind == "eviction":
+        pairs = _items(value, "<", "signal<threshold pairs", "memory.available<100Mi,nodefs.available<10%")
+        for name, val in pairs:
+            if name not in EVICTION_SIGNALS or not (_QUANTITY.match(val) or _PERCENT.match(val)):
+                raise Invalid(value, f"signal<threshold pairs with signal one of {', '.join(EVICTION_SIGNALS)} "
+                                     f"and a quantity or percentage such as 100Mi or 10% ({name}<{val} is not)")
+    else:
+        raise ValueError(f"configspec: unknown key_value_list kind {kind!r}")
+    return [f"{name}{separator}{val}" for name, val in pairs]
+
+
+def check_taint_list(value):
+    if value == "":
+        return []
+    taints = []
+    expected = ("taints key=value:Effect or key:Effect separated by commas, Effect one of "
+                + ", ".join(TAINT_EFFECTS))
+    for item in value.split(","):
+        item = item.strip()
+        head, colon, effect = item.rpartition(":")
+        key, _, val = head.partition("=")
+        if not colon or effect not in TAINT_EFFECTS or not _is_qualified_name(key) or not _is_label_value(val):
+            raise Invalid(value, f"{expected} ({item!r} is not)")
+        taints.append(item)
+    return taints
+
+
+def check_ip_address(value):
+    if value == "":
+        return ""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise Invalid(value, "an IPv4 or IPv6 address such as 10.0.0.10") from None
+
+
+def check_cidr(value):
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError:
+        raise Invalid(value, "a network in CIDR notation with no host bits set, such as 10.244.0.0/24") from None
+
+
+def check_dns_domain(value):
+    if len(value) > 253 or not all(_DNS_LABEL.match(label) for label in value.split(".")):
+        raise Invalid(value, "a lowercase DNS domain such as cluster.local")
+    return value
+
+
+def check_host_port(value):
+    expected = "host:port such as 127.0.0.1:10257 (an IPv6 address in brackets: [::1]:10257)"
+    host, colon, port = value.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+        raise Invalid(value, expected)
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise Invalid(value, expected) from None
+    elif not host or not all(_DNS_LABEL.match(label) for label in host.lower().split(".")):
+        raise Invalid(value, expected)
+    return value
+
+
+def check_host_list(value):
+    if value == "":
+        return []
+    entries = [e.strip() for e in value.split(",")]
+    for entry in entries:
+        if not entry or not _NO_PROXY_ENTRY.match(entry):
+            raise Invalid(value, "hosts, .domains, IP addresses or CIDRs separated by commas, "
+                                 f"such as localhost,127.0.0.1,.example.com ({entry!r} is not)")
+    return entries
+
+
+CHECKS = {
+    "uuid": check_uuid,
+    "option": check_option,
+    "integer": check_integer,
+    "url": check_url,
+    "abs_path": check_abs_path,
+    "command": check_command,
+    "k8s_name": check_k8s_name,
+    "resource_group": check_resource_group,
+    "location": check_location,
+    "resource_id": check_resource_id,
+    "version": check_version,
+    "k8s_version": check_k8s_version,
+    "image_ref": check_image_ref,
+    "url_template": check_url_template,
+    "checksum_template": check_checksum_template,
+    "key_value_list": check_key_value_list,
+    "taint_list": check_taint_list,
+    "ip_address": check_ip_address,
+    "cidr": check_cidr,
+    "dns_domain": check_dns_domain,
+    "host_port": check_host_port,
+    "host_list": check_host_list,
+}
+
+
+def validator():
+    """configobj's Validator with the checks above registered under their configspec names."""
+    return Validator(CHECKS)
+

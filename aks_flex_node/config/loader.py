@@ -1,0 +1,113 @@
+"""Reading the configuration: parse the file (or take a dict), check every value against
+the configspec with configobj's validate, then the checks of meaning (`semantic`). Every
+problem is collected and raised at once in one ConfigError, in file order.
+"""
+
+import stat
+
+import configobj
+
+from aks_flex_node.config import paths, spec
+from aks_flex_node.config.checks import Invalid, validator
+from aks_flex_node.config.fileformat import read_file, take_value
+from aks_flex_node.config.model import Config
+from aks_flex_node.config.semantic import check_meaning
+from aks_flex_node.config.values import redact_url, shown
+from aks_flex_node.errors import ConfigError, ConfigProblem
+
+
+def load(path=None, root="/", overrides=None):
+    """Read, check and return the configuration; ConfigError lists every problem.
+
+    `path` (default DEFAULT_PATH), if absolute, is a node path looked up under `root`; a
+    relative one is taken from the working directory. `overrides`
+    (key -> value, e.g. from command-line flags) replace the file's values before the
+    checks; a value of None unsets a key. Files the configuration names (secret,
+    certificate, CA bundle) are node paths, looked up under `root`.
+    """
+    file_path = paths.file_path(path, root)
+    source = str(file_path)
+    if not file_path.exists():
+        err = ConfigError([ConfigProblem(
+            "config file", source,
+            "an existing file: create it with `aks-flex-node config import <config.json>` "
+            f"or by editing {paths.DEFAULT_PATH} (the package ships one with every key)")], source=source)
+        err.remedy = f"create {source}: aks-flex-node config import <config.json>, or edit the shipped template"
+        raise err
+    raw, problems = read_file(file_path)
+    proxy = raw.get("https_proxy") or ""
+    if redact_url(proxy) != proxy and stat.S_IMODE(file_path.stat().st_mode) & 0o077:
+        problems.append(ConfigProblem("https_proxy", redact_url(proxy),
+                                      f"no credentials in a file others can read: chmod 600 {source}"))
+        raw["https_proxy"] = None
+    return _build(raw, problems, source, root, overrides)
+
+
+def from_values(values, root="/", source=None, overrides=None, client_secret=None, warnings=()):
+    """Check a dict of key -> value (text or typed) as if it were a file; return a Config."""
+    raw, problems = {}, []
+    for key, value in values.items():
+        take_value(key, value, raw, problems, origin="value")
+    return _build(raw, problems, source, root, overrides, client_secret=client_secret, warnings=warnings)
+
+
+def load_upstream_json(path, root="/", overrides=None):
+    """A Config from the upstream Go agent's config.json (so `--config config.json` works).
+
+    The service principal's secret, if the file has one, is held in memory only
+    (Config.client_secret()); conversion warnings are in Config.warnings.
+    """
+    from aks_flex_node import upstream_config
+
+    file_path = paths.file_path(path, root)
+    values, secrets, warnings = upstream_config.load_file(file_path)
+    return from_values(values, root=root, source=str(file_path), overrides=overrides,
+                       client_secret=secrets.get("sp_client_secret"), warnings=warnings)
+
+
+def _build(raw, problems, source, root, overrides, client_secret=None, warnings=()):
+    problems = list(problems)
+    raw = dict(raw)
+    for key, value in (overrides or {}).items():
+        if value is None and key in spec.key_sections():
+            raw.pop(key, None)
+        else:
+            take_value(key, value, raw, problems, origin="override")
+    reported = {key for key, value in raw.items() if value is None}
+    values, failed = _validate(raw, reported, problems)
+    failed |= reported
+    check_meaning(values, failed, root, client_secret, problems)
+    if problems:
+        problems.sort(key=lambda p: spec.key_order(p.key))
+        raise ConfigError(problems, source=source)
+    return Config(values, source=source, root=root, warnings=warnings, client_secret=client_secret)
+
+
+def _validate(raw, reported, problems):
+    """configobj validate over the non-empty values: (typed values, keys that failed)."""
+    configspec = spec.configspec()
+    sections = spec.sections()
+    document = configobj.ConfigObj(configspec=configspec, list_values=False, interpolation=False)
+    for section, section_keys in sections.items():
+        document[section] = {k: raw[k] for k in section_keys if raw.get(k)}  # "" = unset
+    results = document.validate(validator(), preserve_errors=True)
+    failed = set()
+    for _section_path, key, error in configobj.flatten_errors(document, results):
+        if key is None:
+            continue
+        failed.add(key)
+        if key in reported:
+            continue
+        if error is False:
+            problems.append(ConfigProblem(key, "", spec.required_expected(key)))
+        elif isinstance(error, Invalid):
+            problems.append(ConfigProblem(key, shown(key, raw.get(key, "")), error.expected))
+        else:
+            problems.append(ConfigProblem(key, shown(key, raw.get(key, "")), str(error)))
+    values = {}
+    for section, section_keys in sections.items():
+        for key in section_keys:
+            if key not in failed:
+                values[key] = document[section][key]
+    return values, failed
+

@@ -1,0 +1,166 @@
+"""The checked configuration (Config) and the cluster it names (ClusterRef).
+
+A Config is made by the loader once every check passed; it only derives from its values
+(the cluster, the cloud's endpoints, artifact URLs, the redacted view) and reads no file
+but the client secret's, on demand.
+"""
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from aks_flex_node import clouds
+from aks_flex_node.config import paths
+from aks_flex_node.config.values import shown
+from aks_flex_node.errors import ConfigError, ConfigProblem
+
+ARTIFACTS = ("kubernetes", "containerd", "runc", "cni")
+ARCHES = ("amd64", "arm64")
+
+# In mirror mode every artifact is fetched as {artifact_mirror}/{file name}, its checksum
+# as {artifact_mirror}/{file name}.sha256. The names are fixed per artifact (not the last
+# segment of the upstream URL, which is not unique: runc's is "runc.amd64" for every
+# version); they are the flat names the test emulator and a simple mirror serve.
+MIRROR_FILENAMES = {
+    "kubernetes": "kubernetes-node-v{version}-linux-{arch}.tar.gz",
+    "containerd": "containerd-{version}-linux-{arch}.tar.gz",
+    "runc": "runc-v{version}.{arch}",
+    "cni": "cni-plugins-linux-{arch}-v{version}.tgz",
+}
+
+# Cluster names: the AKS spec's resourceName pattern (aks/stable/2026-08-01/managedClusters.json).
+_CLUSTER_NAME = r"[a-zA-Z0-9](?:[-_a-zA-Z0-9]{0,61}[a-zA-Z0-9])?"
+_CLUSTER_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    r"/resourcegroups/(?P<rg>[-\w._()]{1,90})"
+    r"/providers/microsoft\.containerservice/managedclusters/(?P<name>" + _CLUSTER_NAME + r")$",
+    re.I,
+)
+CLUSTER_ID_EXAMPLE = (
+    "/subscriptions/<uuid>/resourceGroups/<group>/providers/"
+    "Microsoft.ContainerService/managedClusters/<name>"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterRef:
+    subscription_id: str
+    resource_group: str
+    name: str
+    resource_id: str  # canonical casing
+
+
+def parse_cluster_id(text):
+    """ClusterRef from an AKS resource ID, matched case-insensitively; ValueError if it is not one."""
+    match = _CLUSTER_ID.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not an AKS cluster resource ID like {CLUSTER_ID_EXAMPLE}")
+    sub, rg, name = match.group("sub").lower(), match.group("rg"), match.group("name")
+    resource_id = (
+        f"/subscriptions/{sub}/resourceGroups/{rg}/providers/"
+        f"Microsoft.ContainerService/managedClusters/{name}"
+    )
+    return ClusterRef(sub, rg, name, resource_id)
+
+
+class Config(Mapping):
+    """The checked configuration: typed values by key (`cfg.max_pods`, `cfg["max_pods"]`).
+
+    Defaults are filled in and resolved: machine_name (the hostname), subscription_id and
+    arc_resource_group (the cluster's). arc_location and kubernetes_version stay "" when
+    they mean "the cluster's" (a step resolves them).
+    """
+
+    def __init__(self, values, source=None, root="/", warnings=(), client_secret=None):
+        self._values = dict(values)
+        self.source = source
+        self.root = Path(root or "/")
+        self.warnings = list(warnings)
+        self._client_secret = client_secret  # only from an upstream config.json, held in memory
+        self._cluster = parse_cluster_id(self._values["cluster_resource_id"])
+        ca_bundle = self._values.get("ca_bundle") or None
+        self._endpoints = clouds.endpoints(
+            self._values["cloud"], self._values.get("arm_endpoint", ""), self._values.get("authority_host", ""),
+            str(self.host_path(ca_bundle)) if ca_bundle else None,
+        )
+
+    # Mapping over the keys, attribute access by key
+    def __getitem__(self, key):
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self):
+        return len(self._values)
+
+    def __getattr__(self, name):
+        values = self.__dict__.get("_values")
+        if values is not None and name in values:
+            return values[name]
+        near = difflib.get_close_matches(name, list(values or ()), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise AttributeError(f"no configuration key {name!r}{hint}")
+
+    def __repr__(self):
+        return f"<Config {self.source or '(values)'}>"
+
+    @property
+    def cluster(self):
+        """ClusterRef(subscription_id, resource_group, name, resource_id), canonical casing."""
+        return self._cluster
+
+    @property
+    def endpoints(self):
+        """CloudEndpoints(name, arm, authority, arm_scope, ca_bundle) of the configured cloud."""
+        return self._endpoints
+
+    def host_path(self, node_path):
+        """A path on the node as a Path on this filesystem (joined with the root)."""
+        return paths.host_path(self.root, node_path)
+
+    def client_secret(self):
+        """The service principal's client secret: the one read from an upstream config.json
+        (held in memory), else the content of sp_client_secret_file; None if neither."""
+        if self._client_secret:
+            return self._client_secret
+        node_path = self._values.get("sp_client_secret_file")
+        if not node_path:
+            return None
+        try:
+            secret = self.host_path(node_path).read_text("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            expected = f"a readable file holding the client secret ({err.__class__.__name__})"
+        else:
+            if secret:
+                return secret
+            expected = "a file holding the client secret, not an empty one"
+        raise ConfigError([ConfigProblem("sp_client_secret_file", node_path, expected)], source=self.source)
+
+    def artifact_urls(self, name, version, arch):
+        """(url, checksum_url) of an artifact (kubernetes, containerd, runc, cni)."""
+        if name not in ARTIFACTS:
+            raise ValueError(f"artifact {name!r}: expected one of {', '.join(ARTIFACTS)}")
+        if arch not in ARCHES:
+            raise ValueError(f"arch {arch!r}: expected one of {', '.join(ARCHES)}")
+        if not version:
+            raise ValueError(f"{name}: a version is needed to build its download URL")
+        mirror = self._values.get("artifact_mirror")
+        if mirror:
+            url = f"{mirror.rstrip('/')}/{MIRROR_FILENAMES[name].format(version=version, arch=arch)}"
+            return url, url + ".sha256"
+        url = self._values[f"{name}_url"].format(version=version, arch=arch)
+        checksum_url = self._values[f"{name}_sha256_url"].format(url=url, version=version, arch=arch)
+        return url, checksum_url
+
+    def as_dict(self, redact=True):
+        """The effective configuration, by key in file order. With redact, values whose key
+        names a secret and proxy credentials are replaced by ***; paths of secret files stay."""
+        out = {}
+        for key, value in self._values.items():
+            value = value.copy() if isinstance(value, (dict, list)) else value
+            out[key] = shown(key, value) if redact else value
+        return out
+

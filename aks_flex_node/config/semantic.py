@@ -1,0 +1,165 @@
+"""Checks of meaning: what needs more than one key, or the host, on the values that
+passed configobj's validate. Each problem is appended to the list given, none raised, so
+the loader reports every one at once (STYLE.md, after cloud-init: schema first, then
+meaning). Defaults derived from other keys or from the host are filled in here.
+"""
+
+import os
+import re
+import socket
+import stat
+
+from aks_flex_node import clouds
+from aks_flex_node.config.checks import MACHINE_NAME_EXPECTED, is_machine_name
+from aks_flex_node.config.model import parse_cluster_id
+from aks_flex_node.config.paths import host_path
+from aks_flex_node.config.values import serialize
+from aks_flex_node.errors import ConfigProblem
+
+# Always on the node: without it the cluster's cloud-controller-manager deletes a node
+# it cannot find among Azure VMs (upstream-go-agent.md §2, node.labels).
+MANAGED_LABEL = "kubernetes.azure.com/managed=false"
+
+
+def check_meaning(values, failed, root, client_secret, problems):
+    """Checks across keys and against the host, on the values that passed validate."""
+    ok = lambda *names: not any(n in failed for n in names)  # noqa: E731
+
+    if ok("cluster_resource_id"):
+        cluster = parse_cluster_id(values["cluster_resource_id"])
+        # The Arc machine may live in another subscription than the cluster; by default
+        # it goes next to the cluster (upstream-go-agent.md §2: arc.resourceGroup).
+        if ok("subscription_id") and not values["subscription_id"]:
+            values["subscription_id"] = cluster.subscription_id
+        if ok("arc_resource_group") and not values["arc_resource_group"]:
+            values["arc_resource_group"] = cluster.resource_group
+
+    if ok("machine_name") and not values["machine_name"]:
+        hostname = _hostname(root)
+        if is_machine_name(hostname.lower()):
+            values["machine_name"] = hostname.lower()  # upstream #184/#189: lowercase default
+        else:
+            failed.add("machine_name")
+            problems.append(ConfigProblem(
+                "machine_name", f"{hostname} (this host's name)",
+                f"{MACHINE_NAME_EXPECTED}: the hostname is not one, so set machine_name in [arc]"))
+
+    if ok("cloud"):
+        if values["cloud"] == clouds.CUSTOM:
+            for key in ("arm_endpoint", "authority_host"):
+                if ok(key) and not values[key]:
+                    problems.append(ConfigProblem(key, "", f"an https URL: {key} is required with cloud = custom"))
+        else:
+            for key in ("arm_endpoint", "authority_host"):
+                if ok(key) and values[key]:
+                    problems.append(ConfigProblem(key, values[key], f"no value with cloud = {values['cloud']} "
+                                                  "(its endpoints are known); set cloud = custom to use your own"))
+
+    _check_auth(values, ok, client_secret, problems)
+
+    if ok("ca_bundle") and values["ca_bundle"]:
+        _check_file("ca_bundle", values["ca_bundle"], root, problems, private=False, pem=("CERTIFICATE",))
+    if ok("sp_client_secret_file") and values["sp_client_secret_file"]:
+        _check_file("sp_client_secret_file", values["sp_client_secret_file"], root, problems, private=True)
+    if ok("sp_certificate_file") and values["sp_certificate_file"]:
+        _check_file("sp_certificate_file", values["sp_certificate_file"], root, problems, private=True,
+                    pem=("CERTIFICATE", "PRIVATE KEY"))
+
+    if ok("node_labels"):
+        labels = values["node_labels"]
+        name = MANAGED_LABEL.partition("=")[0]
+        if any(label.partition("=")[0] == name and label != MANAGED_LABEL for label in labels):
+            problems.append(ConfigProblem("node_labels", serialize("node_labels", labels),
+                                          f"{MANAGED_LABEL} or no {name} label: it is always false, "
+                                          "or the cloud controller deletes the node"))
+        elif MANAGED_LABEL not in labels:
+            labels.append(MANAGED_LABEL)
+
+
+def _check_auth(values, ok, client_secret, problems):
+    if not ok("auth_method"):
+        if ok("sp_client_id") and values.get("sp_client_id"):
+            for problem in problems:
+                if problem.key == "auth_method" and problem.value == "":
+                    problem.expected += "; sp_client_id is set, so service-principal?"
+        return
+    method = values["auth_method"]
+    sp_keys = ("sp_client_id", "sp_client_secret_file", "sp_certificate_file")
+    if method == "service-principal":
+        if ok("sp_client_id") and not values["sp_client_id"]:
+            problems.append(ConfigProblem("sp_client_id", "", "the service principal's application (client) ID, "
+                                                              "required with auth_method = service-principal"))
+        secret, cert = values.get("sp_client_secret_file"), values.get("sp_certificate_file")
+        if ok("sp_client_secret_file", "sp_certificate_file"):
+            if secret and cert:
+                problems.append(ConfigProblem("sp_certificate_file", cert,
+                                              "only one of sp_client_secret_file and sp_certificate_file"))
+            elif not secret and not cert and not client_secret:
+                problems.append(ConfigProblem(
+                    "sp_client_secret_file", "",
+                    "a file (owned by root, mode 0600) holding the client secret, or sp_certificate_file: "
+                    "one is required with auth_method = service-principal"))
+    else:
+        for key in sp_keys:
+            if ok(key) and values[key]:
+                problems.append(ConfigProblem(
+                    key, values[key],
+                    f"no value with auth_method = {method}: it is used with service-principal only"))
+    if method != "managed-identity" and ok("managed_identity_client_id") and values["managed_identity_client_id"]:
+        problems.append(ConfigProblem(
+            "managed_identity_client_id", values["managed_identity_client_id"],
+            f"no value with auth_method = {method}: it is used with managed-identity only"))
+
+
+def _check_file(key, node_path, root, problems, private, pem=()):
+    """A file named by the config: there, regular, not empty; a private one readable by its
+    owner only and owned by root (or by the user running us); a PEM one with its blocks."""
+    path = host_path(root, node_path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        problems.append(ConfigProblem(key, node_path, f"an existing file ({path} does not exist)"))
+        return
+    except OSError as err:
+        problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
+        return
+    if not stat.S_ISREG(st.st_mode):
+        problems.append(ConfigProblem(key, node_path, "a regular file"))
+        return
+    if private:
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o077:
+            problems.append(ConfigProblem(key, node_path, f"a file only its owner can read (mode 0600, not "
+                                                          f"{mode:04o}): chmod 600 {node_path}"))
+        if st.st_uid not in (0, os.geteuid()):
+            problems.append(ConfigProblem(key, node_path, f"a file owned by root (its owner is uid {st.st_uid}): "
+                                                          f"chown root: {node_path}"))
+    if st.st_size == 0:
+        problems.append(ConfigProblem(key, node_path, "a file that is not empty"))
+        return
+    if pem:
+        try:
+            text = path.read_bytes().decode("ascii", "replace")
+        except OSError as err:
+            problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
+            return
+        missing = [kind for kind in pem if f"-----BEGIN {kind}-----" not in text and
+                   not re.search(rf"-----BEGIN [A-Z ]*{kind}-----", text)]
+        if missing:
+            problems.append(ConfigProblem(key, node_path, "a PEM file with " + " and ".join(
+                f"a {kind} block" for kind in pem) + f" (no {' or '.join(missing)} block found)"))
+
+
+def _hostname(root):
+    """This host's name: the kernel's, as the kubelet sees it; under another root (tests,
+    image builds) that root's /etc/hostname, if it has one."""
+    if str(root or "/") != "/":
+        path = host_path(root, "/etc/hostname")
+        try:
+            for line in path.read_text("utf-8").splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    return line
+        except OSError:
+            pass
+    return socket.gethostname()

@@ -1,0 +1,60 @@
+"""The configspec (aks_flex_node/configspec.ini): its sections, keys and their order.
+
+The spec is the one list of keys: the file's layout, the default file and the order in
+which problems are reported all follow it. Keys are unique across sections.
+"""
+
+import functools
+import importlib.resources
+
+import configobj
+
+from aks_flex_node.config.checks import Invalid, validator
+
+
+@functools.lru_cache(maxsize=None)
+def configspec():
+    text = importlib.resources.files("aks_flex_node").joinpath("configspec.ini").read_text("utf-8")
+    return configobj.ConfigObj(text.splitlines(), _inspec=True, list_values=False, interpolation=False)
+
+
+@functools.lru_cache(maxsize=None)
+def sections():
+    """{section: (keys in file order)}, in file order."""
+    parsed = configspec()
+    return {name: tuple(parsed[name].scalars) for name in parsed.sections}
+
+
+@functools.lru_cache(maxsize=None)
+def key_sections():
+    """{key: its section}, in file order."""
+    return {key: section for section, section_keys in sections().items() for key in section_keys}
+
+
+def keys():
+    """Every configuration key, in file order."""
+    return tuple(key_sections())
+
+
+def section_of(key):
+    """The section a key belongs to; KeyError for an unknown key."""
+    return key_sections()[key]
+
+
+@functools.lru_cache(maxsize=None)
+def _key_orders():
+    return {key: i for i, key in enumerate(keys())}
+
+
+def key_order(key):
+    """A key's position in the file; -1 for what is not a key (a line, a section)."""
+    return _key_orders().get(key, -1)
+
+
+def required_expected(key):
+    """What a required key expects, in the words of its own check (fed a value it refuses)."""
+    try:
+        validator().check(configspec()[section_of(key)][key], "\0")
+    except Invalid as err:
+        return f"{err.expected} ({key} is required)"
+    return f"a value ({key} is required)"
