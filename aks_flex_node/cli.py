@@ -161,16 +161,9 @@ class PhasePrinter:
                 self.stream.flush()
             return
         self.done += 1
-        index = self.done
-        name = result.name if hasattr(result, "name") else result["name"]
-        status = result.status if hasattr(result, "status") else result["status"]
-        duration = result.duration if hasattr(result, "duration") else result.get("duration_s")
-        message = result.message if hasattr(result, "message") else result.get("message", "")
-        changes = getattr(result, "changes", None)
-        if changes:
-            message = "; ".join(c["what"] for c in changes)
-        took = f"{duration:6.1f}s" if duration is not None else "       "
-        line = f"[{index:2d}/{total}] {name:<18} {status:<10} {took}  {message}"
+        message = "; ".join(c["what"] for c in result.changes) or result.message
+        took = f"{result.duration:6.1f}s" if result.duration is not None else "       "
+        line = f"[{self.done:2d}/{total}] {result.name:<18} {result.status:<10} {took}  {message}"
         self.stream.write(("\x1b[2K" if self.tty else "") + line.rstrip() + "\n")
         self.stream.flush()
 
@@ -381,8 +374,11 @@ def _report_error(error, json_out):
 
 def _is_token_call(argv):
     """`token` is the kubelet's exec plugin: route it before anything heavy is imported."""
-    for arg in argv:
-        if not arg.startswith("-"):
+    args = iter(argv)
+    for arg in args:
+        if arg in ("--root", "--config"):
+            next(args, None)  # the option's value
+        elif not arg.startswith("-"):
             return arg == "token"
     return False
 

@@ -8,7 +8,7 @@ from aks_flex_node.engine import status as st
 from aks_flex_node.engine.context import Context
 from aks_flex_node.engine.ledger import STATE_DIR, Ledger
 from aks_flex_node.engine.lock import RunLock
-from aks_flex_node.engine.runner import Runner
+from aks_flex_node.engine.runner import PhaseResult, Runner
 from aks_flex_node.errors import ExitCode, FlexNodeError
 
 log = logging.getLogger(__name__)
@@ -101,13 +101,12 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, progress=None, lock_wa
         steps = [s for s in reversed(bootstrap_steps()) if ledger.entries(step=s.name)]
         for index, step in enumerate(steps, 1):
             entries = ledger.entries(step=step.name)
-            t0 = time.time()
-            phase = {"name": step.name, "status": "removed", "message": ""}
+            phase = PhaseResult(step.name, step.branch, "removed", started=time.time())
             if progress:
-                progress("start", step.name, index, len(steps))
+                progress("start", phase, index, len(steps))
             if step.cloud and keep_cloud_resources:
                 kept += [f"{e['kind']} {e['id']}" for e in entries]
-                phase.update(status="kept", message=f"{len(entries)} cloud resource(s) kept")
+                phase.status, phase.message = "kept", f"{len(entries)} cloud resource(s) kept"
             else:
                 try:
                     left = step.undo(ctx, entries)
@@ -115,10 +114,10 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, progress=None, lock_wa
                     log.debug("undo of %s failed", step.name, exc_info=True)
                     left = [f"{step.name}: {getattr(exc, 'message', None) or exc}"]
                 if left:
-                    phase.update(status="incomplete", message="; ".join(left))
+                    phase.status, phase.message = "incomplete", "; ".join(left)
                 leftovers += left
-            phase["duration_s"] = round(time.time() - t0, 3)
-            phases.append(phase)
+            phase.finished = time.time()
+            phases.append(phase.to_dict())
             if progress:
                 progress("finish", phase, index, len(steps))
         host.remove(TOKEN_CACHE)
