@@ -24,16 +24,17 @@ $(VENV)/.stamp: requirements-pypi.txt | deps
 	$(VENV)/bin/pip install -q -r requirements-pypi.txt
 	touch $@
 
-# The README's test command: the suite on Debian's SDK versions, then on current PyPI ones.
-test: test-debian test-pypi
+# The README's test command: the library's suite on Debian's SDK versions, then on current
+# PyPI ones, then the Debian package's (which runs on Debian's stack only).
+test: test-debian test-pypi test-deb
 
 test-debian: deps
-	env PATH=$(SYSPATH) $(PY) -m pytest -q $(PYTEST_ARGS)
+	env PATH=$(SYSPATH) $(PY) -m pytest -q --ignore=tests/deb $(PYTEST_ARGS)
 
 test-pypi: $(VENV)/.stamp
-	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q --ignore=tests/deb $(PYTEST_ARGS)
 
-# The main job until the package exists: a bootstrap against the emulator into a scratch root.
+# A bootstrap against the emulator into a scratch root, phase by phase.
 demo: deps
 	env PATH=$(SYSPATH) $(PY) -m tests.demo
 
@@ -55,7 +56,7 @@ clean:
 #                  bookworm root (mmdebstrap; its base tarball is cached in build/deb-cache)
 DEB_OUT := build/deb
 DEB_BUILD_DEPS := debhelper dh-python python3-all python3-setuptools po-debconf lintian fakeroot
-DEB_TEST_DEPS := debconf debconf-utils ucf mmdebstrap man-db
+DEB_TEST_DEPS := debconf debconf-utils ucf mmdebstrap man-db bash-completion
 
 .PHONY: deb-deps deb lint-deb test-deb
 
@@ -69,8 +70,43 @@ deb-deps:
 deb: deb-deps
 	tools/build-deb.sh $(DEB_OUT)
 
+# TMPDIR: lintian 2.116 leaves mldbm-elf-* files behind in it.
 lint-deb: deb
-	lintian --pedantic -E -I --fail-on error,warning $(DEB_OUT)/aks-flex-node_*.changes
+	@tmp=$$(mktemp -d); TMPDIR=$$tmp lintian --pedantic -E -I --fail-on error,warning \
+	  $(DEB_OUT)/aks-flex-node_*.changes; rc=$$?; rm -rf $$tmp; exit $$rc
 
 test-deb: deb-deps deps
 	env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -m pytest -q tests/deb $(PYTEST_ARGS)
+
+# ---------------------------------------------------------------------------------------
+# The APT repository and the booted-container lifecycle tests (issue 4).
+#   make repo       build/repo: build/deb/*.deb and the Arc agent stand-in, signed with aptly
+#                   (an ed25519 key made once in .cache/repo-key, or REPO_KEY=FILE), plus
+#                   aks-flex-node.sources and the keyring a node needs: docs/apt-repository.md
+#   make e2e        tests/e2e: the package's lifecycle in booted bookworm containers
+#                   (systemd-nspawn), against the emulator: docs/testing.md
+#   make e2e-clean  ends the containers a killed run left (by their recorded pids), unmounts
+#                   them, and drops .cache/e2e (the cached base root) and build/repo
+.PHONY: repo e2e e2e-clean
+
+repo: deb
+	@missing=$$(for p in aptly gnupg; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	tools/build-arc-agent.sh build/arc-agent
+	tools/publish-repo.sh -o build/repo $(DEB_OUT)/aks-flex-node_*_all.deb build/arc-agent/azcmagent_*_all.deb
+
+e2e: repo deps
+	@missing=$$(for p in mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	env PATH=$(SYSPATH) AKS_FLEX_NODE_E2E_DEB_DIRS=$(DEB_OUT):build/arc-agent \
+	  $(PY) -m pytest -q -m e2e tests/e2e $(PYTEST_ARGS)
+
+e2e-clean:
+	env PATH=$(SYSPATH) $(PY) -c 'from tests.e2e import container as c; print("\n".join(c.clean_leftovers(c.CACHE / "run")) or "nothing left running")'
+	rm -rf .cache/e2e build/repo build/arc-agent

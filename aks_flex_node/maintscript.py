@@ -176,7 +176,13 @@ def render_config(channel, output, root):
         bad = {p.key for p in err.problems}
         for problem in err.problems:
             log.error("%s: %s", _question_of(problem.key), problem)
-        config.write(output, {k: v for k, v in values.items() if k not in bad}, root="/")
+        try:
+            config.write(output, {k: v for k, v in values.items() if k not in bad}, root="/")
+        except ConfigError:
+            # The file itself does not parse (a hand edit gone wrong): leave it as it is;
+            # the join step reports it again and does not join.
+            log.error("%s is left as it is: fix it, then run dpkg-reconfigure aks-flex-node",
+                      config.DEFAULT_PATH)
 
 
 def _auth_values(channel, host, method, text):
@@ -261,17 +267,26 @@ class DebconfProgress:
 
     def __call__(self, event, result, index, total):
         name = _phase_name(result)
+        if total != self.total:  # the phases are known now (or a new operation began)
+            self.stop()
+            self.start(total)
         if event == "start":
             self.info("progress/phase", index=index, total=total, phase=name)
             return
-        status = getattr(result, "status", None) or (result.get("status") if isinstance(result, dict) else "")
-        message = getattr(result, "message", None) or (result.get("message") if isinstance(result, dict) else "")
-        self.stream.write(f"aks-flex-node: [{index:2d}/{total}] {name:<18} {status} {message or ''}".rstrip() + "\n")
+        status, message = _phase_field(result, "status"), _phase_field(result, "message")
+        line = f"aks-flex-node: [{index:2d}/{total}] {name:<18} {status} {message}"
+        self.stream.write(line.rstrip() + "\n")
         self.stream.flush()
         self.channel.progress("SET", str(index))
 
     def stop(self):
         self.channel.progress("STOP")
+
+
+def _phase_field(result, field):
+    """A field of what the runner reports: a phase result object, or a dict (unbootstrap)."""
+    value = result.get(field) if isinstance(result, dict) else getattr(result, field, None)
+    return value or ""
 
 
 def _phase_name(result):
@@ -397,7 +412,8 @@ def _mark_pending(host):
 def _config_failed(err, mode, host):
     from aks_flex_node import operations
 
-    sys.stderr.write(f"aks-flex-node: not joining: the configuration is not valid ({len(err.problems)} problem(s)):\n")
+    sys.stderr.write(f"aks-flex-node: not joining: the configuration is not valid "
+                     f"({len(err.problems)} problem(s)):\n")
     for problem in err.problems:
         sys.stderr.write(f"  {_question_of(problem.key)}: {problem.value!r}: expected {problem.expected}\n")
     sys.stderr.write(f"aks-flex-node: fix {config.DEFAULT_PATH} (or preseed the questions again), then run "
@@ -459,7 +475,8 @@ def unjoin(root):
                          f"{host.path('/var/lib/aks-flex-node/ledger.json')} lists what was created\n")
         return ExitCode.OK
     if choice not in ("", "local"):
-        sys.stderr.write(f"aks-flex-node: {UNJOIN_ENV} = {choice!r}: expected local or skip; unjoining fully\n")
+        sys.stderr.write(f"aks-flex-node: {UNJOIN_ENV} = {choice!r}: expected local or skip; "
+                         "unjoining fully\n")
     joined = ledger.joined
     try:
         cfg = config.load(root=root, overrides={
@@ -479,8 +496,8 @@ def unjoin(root):
         lambda: operations.unbootstrap(cfg, host, keep_cloud_resources=choice == "local",
                                        lock_wait=60.0, progress=progress), budget, "unjoin")
     if not finished:
-        sys.stderr.write(f"aks-flex-node: the unjoin did not finish within {budget:.0f} s; the removal goes on. "
-                         "Run aks-flex-node unbootstrap when Azure is reachable\n")
+        sys.stderr.write(f"aks-flex-node: the unjoin did not finish within {budget:.0f} s; the "
+                         "removal goes on. Run aks-flex-node unbootstrap when Azure is reachable\n")
         sys.stderr.flush()
         os._exit(0)
     if isinstance(outcome, BaseException):

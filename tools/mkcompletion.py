@@ -90,7 +90,8 @@ def render(parser=None):
             if value == "__path__":
                 lines.append(f"        {pattern}) _filedir; return ;;")
             elif value:
-                lines.append(f'        {pattern}) COMPREPLY=($(compgen -W {shlex.quote(value)} -- "$cur")); return ;;')
+                words = shlex.quote(value)
+                lines.append(f'        {pattern}) COMPREPLY=($(compgen -W {words} -- "$cur")); return ;;')
             else:
                 lines.append(f"        {pattern}) return ;;")
     lines += ["    esac", "", '    case "$path" in']

@@ -1,0 +1,307 @@
+"""debconf behaviour of the package, through debconf's own tools on a private database:
+a preseeded noninteractive install joins (against the Azure emulator), a bad preseed ends
+with a message and no join, hand edits survive a reconfigure, the secret leaves debconf.
+"""
+
+import os
+import shutil
+import socket
+import stat
+import time
+
+import pytest
+
+from aks_flex_node import config
+from tests import harness
+from tests.deb import sandbox as sb_mod
+from tests.deb.test_maintscripts import CLIENT, CLUSTER, TENANT, loopback_cloud, preseed_join
+from tests.deb.conftest import require_tools
+from tests.emulator import constants as C
+from tests.emulator_fixtures import fake_env
+
+SECRET = "s3cr3t-value"
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    require_tools("debconf-set-selections", "debconf-communicate", "po2debconf", "ucf", "ucfr")
+    return sb_mod.Sandbox(tmp_path)
+
+
+def files_holding(root, needle):
+    """Every file under root whose bytes contain needle."""
+    found = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                if needle.encode() in f.read():
+                    found.append(path)
+    return found
+
+
+# ---- a preseeded install, against the emulator ---------------------------------------------
+
+
+@pytest.fixture
+def emulated_node(fake_host, tmp_path):
+    """The sandbox on the fake host's root, with what the join needs that debconf does not
+    ask: the emulator's endpoints and CA in the configuration, as an admin would put them."""
+    require_tools("debconf-set-selections", "debconf-communicate", "po2debconf", "ucf", "ucfr")
+    sb = sb_mod.Sandbox(tmp_path)
+    root = str(sb.root)
+    harness.prepare_root(root)
+    keys = sb.path("/var/opt/azcmagent/tokens")
+    keys.parent.mkdir(parents=True, exist_ok=True)
+    keys.symlink_to(fake_host.emulator.himds_key_dir)
+    wrapper = harness.exec_plugin_wrapper(str(tmp_path))
+    sb.path(harness.CA_PATH).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(fake_host.emulator.ca_bundle, sb.path(harness.CA_PATH))
+    emu = fake_host.emulator
+    config.write(sb_mod.CONF, {
+        "cloud": "custom", "arm_endpoint": emu.arm, "authority_host": emu.authority,
+        "ca_bundle": harness.CA_PATH, "himds_endpoint": emu.himds, "artifact_mirror": emu.artifacts,
+        "node_ready_timeout": "60", "exec_plugin_command": wrapper,
+    }, root=root)
+    env = fake_env(emu, sb.root, sb.fake_state)
+    sb.extra_env = {k: env[k] for k in ("FAKE_AZURE_ARM", "FAKE_AZURE_CA_BUNDLE", "NO_PROXY", "no_proxy")}
+    sb.extra_env["PATH"] = f"{sb.hostbin}:{sb_mod.debtools.SYSPATH}"
+    sb.emulator = emu
+    return sb
+
+
+def test_a_preseeded_noninteractive_install_joins(emulated_node):
+    sb = emulated_node
+    sb.preseed({
+        "join": ("boolean", "true"),
+        "tenant_id": ("string", C.TENANT_ID),
+        "cluster_resource_id": ("string", C.CLUSTER_ID),
+        "auth_method": ("select", "service-principal"),
+        "sp_client_id": ("string", C.SP_CLIENT_ID),
+        "sp_client_secret": ("password", C.SP_CLIENT_SECRET),
+        "machine_name": ("string", "edge-7"),
+        "tags": ("string", "site=lyon"),
+        "cloud": ("select", "custom"),
+    })
+    started = time.monotonic()
+    result = sb.run("postinst", "configure", "", env=sb.extra_env)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 120
+    status = sb.status()
+    assert status["operation"] == "bootstrap" and status["state"] == "succeeded", result.stderr
+    # Azure: the Arc machine has the preseeded name and tags; the node registered Ready.
+    [machine] = sb.emulator.state()["machines"]
+    assert machine["name"] == "edge-7"
+    nodes = {n["metadata"]["name"]: n for n in sb.emulator.state()["nodes"].get(C.CLUSTER_NAME, [])}
+    ready = [c for c in nodes["edge-7"]["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True"
+    # The package's side: no pending join, the agent started, the secret in its own file only.
+    assert not sb.path(sb_mod.PENDING).exists()
+    assert ["start", "aks-flex-node-agent.service"] in sb.invoked()
+    assert sb.conf_value("arc_tags") == "site=lyon"
+    assert sb.conf_value("sp_client_secret_file") == sb_mod.SECRET
+    holders = files_holding(sb.root, C.SP_CLIENT_SECRET)
+    assert holders == [str(sb.path(sb_mod.SECRET))], holders
+    assert stat.S_IMODE(os.stat(holders[0]).st_mode) == 0o600
+    assert "Joining" not in result.stdout and result.stdout == ""
+
+    # apt remove: the prerm takes the node out of the cluster and removes the Arc machine.
+    result = sb.run("prerm", "remove", env=sb.extra_env)
+    assert result.returncode == 0, result.stderr
+    assert sb.status()["operation"] == "unbootstrap" and sb.status()["state"] == "unjoined", result.stderr
+    assert sb.emulator.state()["machines"] == []
+    assert "edge-7" not in {n["metadata"]["name"] for n in
+                            sb.emulator.state()["nodes"].get(C.CLUSTER_NAME, [])}
+    assert not sb.path(sb_mod.LEDGER).exists()
+
+
+# ---- a bad preseed ------------------------------------------------------------------------
+
+
+def test_an_invalid_preseed_ends_without_hanging_with_the_message_and_without_a_join(sandbox):
+    preseed_join(sandbox, tenant_id=("string", "not-a-uuid"))
+    loopback_cloud(sandbox)
+    started = time.monotonic()
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert time.monotonic() - started < 30  # the config script's loop broke at once
+    assert result.returncode == 0, result.stderr
+    assert sandbox.status() is None  # no join was started
+    assert not sandbox.path(sb_mod.PENDING).exists()
+    # The message names the question, the value and what is expected.
+    assert "aks-flex-node/tenant_id" in result.stderr
+    assert "'not-a-uuid'" in result.stderr and "expected a UUID" in result.stderr
+    assert "dpkg-reconfigure aks-flex-node" in result.stderr
+    # The answer is in the file, for the admin to fix by hand.
+    assert sandbox.conf_value("tenant_id") == "not-a-uuid"
+
+
+def test_an_invalid_preseed_fails_the_install_in_fail_install_mode(sandbox):
+    preseed_join(sandbox, cluster_resource_id=("string", "/subscriptions/nope"),
+                 on_join_failure=("select", "fail-install"))
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert result.returncode == 2
+    assert "aks-flex-node/cluster_resource_id" in result.stderr
+    assert sandbox.status() is None
+
+
+def test_a_value_that_cannot_be_written_is_reported_and_not_written(sandbox):
+    preseed_join(sandbox, join="false", tags=("string", "env=edge#oops"))
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "aks-flex-node/tags" in result.stderr and "'#'" in result.stderr
+    assert sandbox.conf_value("arc_tags") == ""
+    assert sandbox.conf_value("tenant_id") == TENANT
+
+
+# ---- reconfigure, hand edits, the secret ----------------------------------------------------
+
+
+def install_without_join(sb, **answers):
+    preseed_join(sb, join="false", **{"cloud": ("select", "AzurePublicCloud"), **answers})
+    result = sb.run("postinst", "configure", "")
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def reconfigure(sb, **env):
+    # dpkg-reconfigure runs the config script, then `postinst configure <version>` with
+    # DEBCONF_RECONFIGURE=1 (dpkg-reconfigure(8)); debconf's frontend runs the config
+    # script before the postinst, as here.
+    result = sb.run("postinst", "configure", "0.1.0", env={"DEBCONF_RECONFIGURE": "1", **env})
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_a_hand_edited_value_survives_a_reconfigure(sandbox):
+    install_without_join(sandbox)
+    other_subscription = "11111111-2222-3333-4444-555555555555"
+    sandbox.set_conf_value("subscription_id", other_subscription)
+    sandbox.set_conf_value("machine_name", "edited-by-hand")
+    sandbox.set_conf_value("max_pods", "42")  # a key debconf does not ask about
+    # A later preseed of a different value loses against the file (debian-packaging.md §1.1).
+    sandbox.preseed({"machine_name": ("string", "from-preseed")})
+    reconfigure(sandbox)
+    assert sandbox.conf_value("subscription_id") == other_subscription
+    assert sandbox.conf_value("machine_name") == "edited-by-hand"
+    assert sandbox.conf_value("max_pods") == "42"
+    # debconf now holds the file's values, so the next dialog shows them.
+    assert sandbox.get("machine_name") == "edited-by-hand"
+    assert stat.S_IMODE(os.stat(sandbox.path(sb_mod.CONF)).st_mode) == 0o600
+
+
+def test_the_secret_is_in_no_debconf_database_and_no_world_readable_file(sandbox):
+    install_without_join(sandbox)
+    secret_file = sandbox.path(sb_mod.SECRET)
+    assert secret_file.read_text() == SECRET + "\n"
+    assert stat.S_IMODE(os.stat(secret_file).st_mode) == 0o600
+    assert files_holding(sandbox.root, SECRET) == [str(secret_file)]
+    assert sandbox.get("sp_client_secret") == ""
+    assert sandbox.debconf("FGET aks-flex-node/sp_client_secret seen") == ["0 false"]
+    assert sandbox.conf_value("sp_client_secret_file") == sb_mod.SECRET
+
+
+def test_an_upgrade_keeps_the_stored_secret(sandbox):
+    install_without_join(sandbox)
+    result = sandbox.run("postinst", "configure", "0.0.9")
+    assert result.returncode == 0, result.stderr
+    assert sandbox.path(sb_mod.SECRET).read_text() == SECRET + "\n"
+    assert sandbox.conf_value("sp_client_secret_file") == sb_mod.SECRET
+
+
+def test_a_new_secret_on_reconfigure_replaces_the_stored_one(sandbox):
+    install_without_join(sandbox)
+    sandbox.preseed({"sp_client_secret": ("password", "rotated-secret")})
+    reconfigure(sandbox)
+    assert sandbox.path(sb_mod.SECRET).read_text() == "rotated-secret\n"
+    assert files_holding(sandbox.root, "rotated-secret") == [str(sandbox.path(sb_mod.SECRET))]
+
+
+def test_switching_to_azure_cli_drops_the_service_principal(sandbox):
+    install_without_join(sandbox)
+    sandbox.set_conf_value("auth_method", "azure-cli")
+    reconfigure(sandbox)
+    assert sandbox.conf_value("auth_method") == "azure-cli"
+    assert sandbox.conf_value("sp_client_id") == ""
+    assert sandbox.conf_value("sp_client_secret_file") == ""
+    assert not sandbox.path(sb_mod.SECRET).exists()
+    config.load(root=str(sandbox.root))  # and the result is a valid configuration
+
+
+def test_reconfigure_to_another_cluster_leaves_the_old_one_first(sandbox):
+    old_cluster = CLUSTER.replace("aks-one", "aks-old")
+    install_without_join(sandbox)
+    loopback_cloud(sandbox)
+    sandbox.write_joined_ledger(old_cluster)
+    sandbox.preseed({"join": ("boolean", "true")})
+    result = reconfigure(sandbox)
+    assert f"leaving {old_cluster} first" in result.stderr
+    assert not sandbox.path(sb_mod.LEDGER).exists()  # the old join was undone
+    assert sandbox.status()["operation"] == "bootstrap"  # then the new join ran
+    assert sandbox.status()["cluster_resource_id"].lower() == CLUSTER.lower()
+
+
+def test_the_config_script_reads_the_existing_file_before_asking(sandbox):
+    install_without_join(sandbox)
+    sandbox.set_conf_value("tenant_id", "99999999-8888-7777-6666-555555555555")
+    result = sandbox.run("config", "configure", "0.1.0")
+    assert result.returncode == 0, result.stderr
+    assert sandbox.get("tenant_id") == "99999999-8888-7777-6666-555555555555"
+    assert sandbox.get("sp_client_id") == CLIENT
+
+
+def test_an_interactive_install_re_asks_an_invalid_answer_and_shows_progress(sandbox):
+    # debconf's teletype frontend reads the answers from stdin: the same questions, error
+    # template and progress bar a dialog user sees.
+    loopback_cloud(sandbox)
+    answers = ["yes", "not-a-uuid", TENANT, CLUSTER, "1", CLIENT, SECRET]
+    result = sandbox.run("postinst", "configure", "", env={"DEBIAN_FRONTEND": "teletype"},
+                         input="\n".join(answers) + "\n", timeout=60)
+    assert result.returncode == 0, result.stderr
+    screen = result.stdout
+    assert screen.count("Microsoft Entra tenant ID:") == 2  # asked again after the error
+    assert 'The value "not-a-uuid" cannot be used' in screen
+    assert "Client secret of the service principal:" in screen
+    assert SECRET not in screen  # a password is not echoed
+    assert "Joining the AKS cluster" in screen  # the progress bar's title
+    assert sandbox.get("tenant_id") == TENANT
+    assert sandbox.status()["operation"] == "bootstrap"
+    # Only what the join needs was asked: optional questions stay at medium priority.
+    assert "Subscription of the Arc machine:" not in screen
+
+
+def test_a_join_that_hangs_is_cut_off_and_left_pending(sandbox):
+    # Azure accepts the connection and never answers: the join must not hold dpkg's lock.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    silent = f"https://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        preseed_join(sandbox)
+        config.write(sb_mod.CONF, {"cloud": "custom", "arm_endpoint": silent, "authority_host": silent},
+                     root=str(sandbox.root))
+        started = time.monotonic()
+        result = sandbox.run("postinst", "configure", "", env={"AKS_FLEX_NODE_JOIN_TIMEOUT": "3"},
+                             timeout=120)
+        elapsed = time.monotonic() - started
+    finally:
+        listener.close()
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 30
+    assert "did not finish within 3 s" in result.stderr
+    assert sandbox.path(sb_mod.PENDING).exists()
+    assert ["start", "aks-flex-node-agent.service"] in sandbox.invoked()
+
+
+def test_a_configuration_file_broken_by_hand_is_reported_not_overwritten(sandbox):
+    install_without_join(sandbox)
+    conf = sandbox.path(sb_mod.CONF)
+    broken = conf.read_text().replace("[cluster]", "[cluster\nthis line is not a key")
+    conf.write_text(broken)
+    preseed_join(sandbox)  # join = true, so the postinst checks the file
+    result = reconfigure(sandbox)
+    assert conf.read_text() == broken
+    assert "left as it is" in result.stderr and "line" in result.stderr
+    assert "not joining" in result.stderr
+    assert sandbox.status() is None
