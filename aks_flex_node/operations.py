@@ -46,7 +46,8 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         ledger = Ledger(host)
         cached = ledger.joined.get("facts") if local_only else None
         ctx = Context(cfg, host, ledger, options={
-            "ignore_preflight_errors": set(ignore_preflight_errors), "local_only": bool(cached)})
+            "ignore_preflight_errors": set(ignore_preflight_errors), "local_only": bool(cached),
+            "dry_run": dry_run})
         ctx.facts.restore(cached)
         if ctx.local_only:
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging

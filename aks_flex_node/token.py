@@ -167,12 +167,14 @@ def _parser():
 
 
 def get_token(root, config_path=None, now=None):
-    """The token to hand out: the cached one while it lasts, else a new one from HIMDS."""
-    settings = read_settings(config_path or _root_path(root, DEFAULT_CONFIG), required=config_path is not None)
+    """The token to hand out: the cached one while it lasts, else a new one from HIMDS.
+    The configuration is read only for a new token: a cache hit costs no configobj import."""
     now = int(time.time()) if now is None else now
     cache = TokenCache(_root_path(root, CACHE_PATH))
     token = cache.load(himds.AKS_RESOURCE, now)
     if token is None:
+        settings = read_settings(config_path or _root_path(root, DEFAULT_CONFIG),
+                                 required=config_path is not None)
         token = himds.get_token(
             settings["himds_endpoint"],
             himds.AKS_RESOURCE,

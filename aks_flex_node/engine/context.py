@@ -64,6 +64,13 @@ class Context:
                     proxy=cfg.https_proxy or None)
             return self._downloader
 
+    def adopt(self, step, kind, id):
+        """Record, from a check, something found in place that is ours (our deterministic
+        role assignment name, the unit we enabled) but missing from the ledger. A dry run
+        writes nothing, the ledger included."""
+        if not self.options.get("dry_run"):
+            self.ledger.record(step, kind, id)
+
     @property
     def local_only(self):
         """A local pass: cloud steps trust the facts of the last full run instead of asking."""

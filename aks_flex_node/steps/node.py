@@ -100,7 +100,7 @@ class NodeReadyStep(Step):
         if ctx.facts.get("server") and ctx.facts.get("principal_id"):
             node = kube_client(ctx).get_node(name)
             if node is not None:
-                ctx.ledger.record(self.name, "node", name)
+                ctx.adopt(self.name, "node", name)
                 if _ready(node):
                     plan.noop_reason = f"node {name} is Ready"
                     return plan

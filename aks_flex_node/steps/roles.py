@@ -53,7 +53,7 @@ class RolesStep(Step):
         from aks_flex_node.azure import rbac
 
         if assignment.name == rbac.assignment_name(assignment.scope, assignment.role_guid, principal):
-            ctx.ledger.record(self.name, "role_assignment", assignment.id)
+            ctx.adopt(self.name, "role_assignment", assignment.id)
 
     def _assign(self, ctx, wanted):
         from aks_flex_node.azure import rbac

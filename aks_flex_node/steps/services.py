@@ -33,8 +33,9 @@ class ServicesStep(Step):
 
         if not systemd.is_enabled(unit):
             plan.add(f"enable {unit}", "it is not enabled", enable)
-        elif not ctx.ledger.has("unit", unit):
-            ctx.ledger.record(self.name, "unit", unit)
+        elif not ctx.ledger.has("unit", unit) and ctx.ledger.has(
+                "file", f"/etc/systemd/system/{unit}.service"):
+            ctx.adopt(self.name, "unit", unit)  # enabled by an earlier run whose record was lost
         if not systemd.is_active(unit):
             plan.add(f"start {unit}", "it is not running", lambda: systemd.start(unit))
         elif changed:
