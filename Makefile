@@ -99,7 +99,7 @@ repo: deb
 	tools/publish-repo.sh -o build/repo $(DEB_OUT)/aks-flex-node_*_all.deb build/arc-agent/azcmagent_*_all.deb
 
 e2e: repo deps
-	@missing=$$(for p in mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	@missing=$$(for p in mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper equivs piuparts; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
@@ -110,3 +110,52 @@ e2e: repo deps
 e2e-clean:
 	env PATH=$(SYSPATH) $(PY) -c 'from tests.e2e import container as c; print("\n".join(c.clean_leftovers(c.CACHE / "run")) or "nothing left running")'
 	rm -rf .cache/e2e build/repo build/arc-agent
+
+# ---------------------------------------------------------------------------------------
+# autopkgtest (debian/tests: smoke, preseed-validation) of build/deb's package, in a
+# throwaway bookworm testbed that autopkgtest-virt-unshare unpacks from the base tarball
+# tests/deb caches (build/deb-cache; built with mmdebstrap the first time): never on this
+# machine (no `null` backend). Results in build/autopkgtest/out (log, summary).
+#   -U  the tarball has no apt lists and no apt-utils, which autopkgtest needs to publish
+#       the .deb in the testbed: apt-get update, the bookworm updates and apt-utils come
+#       from Debian's archive. The tests themselves reach nothing but loopback.
+# The source tree is a copy of the work tree (tracked and unignored files; debian/ out of
+# git) marked as built (debian/files): the .deb is given, so autopkgtest neither builds
+# nor installs dpkg-dev.
+# The unshare backend maps the testbed's users through /etc/subuid and /etc/subgid: the
+# line root:200000:65536 is added to each when it has no root line (and said so).
+# `make test-deb` runs the same through tests/deb/test_autopkgtest.py.
+AUTOPKGTEST_OUT := build/autopkgtest
+AUTOPKGTEST_DEPS := autopkgtest mmdebstrap util-linux uidmap
+
+.PHONY: autopkgtest autopkgtest-deps
+
+autopkgtest-deps:
+	@missing=$$(for p in $(AUTOPKGTEST_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@for f in /etc/subuid /etc/subgid; do \
+	  if ! grep -qs '^root:' $$f; then \
+	    echo 'root:200000:65536' >> $$f && \
+	    echo "autopkgtest-deps: added root:200000:65536 to $$f (autopkgtest-virt-unshare maps the testbed's users there)"; \
+	  fi; \
+	done
+
+autopkgtest: deb autopkgtest-deps deps
+	@set -e; \
+	tarball=$$(env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -c \
+	  'from tests.deb.test_install import base_tarball; print(base_tarball())'); \
+	rm -rf $(AUTOPKGTEST_OUT); mkdir -p $(AUTOPKGTEST_OUT)/src/aks-flex-node; \
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git ls-files -z --cached --others --exclude-standard | \
+	    tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C $(AUTOPKGTEST_OUT)/src/aks-flex-node; \
+	else cp -a debian $(AUTOPKGTEST_OUT)/src/aks-flex-node/; fi; \
+	: > $(AUTOPKGTEST_OUT)/src/aks-flex-node/debian/files; \
+	set -x; \
+	env PATH=$(SYSPATH) autopkgtest -U -o $(AUTOPKGTEST_OUT)/out $(DEB_OUT)/aks-flex-node_*_all.deb \
+	  $(AUTOPKGTEST_OUT)/src/aks-flex-node/ -- unshare --release bookworm --tarball $$tarball
+
+# make test-deb runs the autopkgtest too (tests/deb/test_autopkgtest.py): same needs.
+test-deb: autopkgtest-deps

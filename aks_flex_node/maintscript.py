@@ -347,21 +347,22 @@ def join(channel, action, since_version, root):
     if reason is None:
         log.info("upgrade from %s: the node keeps its state, no join", since_version)
         return ExitCode.OK
-    blocker = live_system_blocker(host)
-    if blocker:
-        _mark_pending(host)
-        log.warning("not joining now: %s. The join is pending: the aks-flex-node-agent service "
-                    "joins when the machine runs (or run dpkg-reconfigure aks-flex-node)", blocker)
-        return ExitCode.OK
-
     progress = DebconfProgress(channel)
     progress.start(1)
     progress.info("progress/check")
     try:
+        # First, wherever we are: a bad answer is reported now, not left as a pending join.
         cfg = config.load(root=root)
     except ConfigError as err:
         progress.stop()
         return _config_failed(err, mode, host)
+    blocker = live_system_blocker(host)
+    if blocker:
+        progress.stop()
+        _mark_pending(host)
+        log.warning("not joining now: %s. The join is pending: the aks-flex-node-agent service "
+                    "joins when the machine runs (or run dpkg-reconfigure aks-flex-node)", blocker)
+        return ExitCode.OK
 
     _mark_pending(host)
     budget = _timeout(JOIN_TIMEOUT_ENV, 900.0)

@@ -149,7 +149,9 @@ def check_disk(ctx):
 
 def check_azcmagent(ctx):
     command = ctx.config.azcmagent
-    if not (shutil.which(command) or os.path.exists(ctx.host.path(command)) and os.path.isabs(command)):
+    installed = (os.path.exists(ctx.host.path(command)) if os.path.isabs(command)
+                 else ctx.host.which(command))
+    if not installed:
         return Finding(ERROR, f"the Azure Connected Machine agent ({command}) is not installed",
                        "install the azcmagent package from Microsoft's repository "
                        "(https://aka.ms/azcmagent-linux), then run again")
