@@ -1,0 +1,182 @@
+"""Fixtures of the end-to-end tests (marker e2e; `make e2e` runs them, `make test` never).
+
+  base_root   the cached bookworm tree (container.BaseRoot), built on first use
+  debs        the .debs under test: aks-flex-node and the Arc agent stand-in (built here,
+              or taken from AKS_FLEX_NODE_E2E_DEB_DIRS, which `make e2e` sets)
+  repo        a signed APT repository of them, with its own throwaway key (tools/publish-repo.sh)
+  mirror      the artifact mirror (tests/e2e/mirror.py): Debian's containerd/runc/CNI, the
+              emulator's stand-in kubelet
+  booted      a fresh container for one test (container.Container), torn down after it
+  node        `booted` prepared as a machine about to install the package (node.Node)
+
+The emulator is the shared session one (tests/emulator_fixtures.py); `fresh_emulator`
+resets its world for each test.
+"""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from tests.e2e import container as ct
+from tests.e2e.mirror import Mirror
+from tests.e2e.node import REPO_MOUNT, UPSTREAM_KEYS_MOUNT, Node
+
+TOOLS = ("mmdebstrap", "systemd-nspawn", "nsenter", "aptly", "gpg", "dpkg-buildpackage", "equivs-build", "piuparts", "mount")
+RUN_BASE = ct.CACHE / "run"
+
+
+@pytest.fixture(scope="session")
+def e2e_host():
+    """Root and the tools, or a failure that says what to run."""
+    if os.geteuid() != 0:
+        pytest.fail("the e2e tests mount and boot containers: run them as root (make e2e)")
+    missing = [t for t in TOOLS if not shutil.which(t, path=ct.SYSPATH)]
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)}: `make e2e` installs them from Debian and runs these tests")
+    RUN_BASE.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture(scope="session")
+def base_root(e2e_host):
+    return ct.BaseRoot().ensure()
+
+
+class Debs:
+    def __init__(self, flex, arc):
+        self.flex, self.arc = pathlib.Path(flex), pathlib.Path(arc)
+
+    def version(self, deb=None):
+        return subprocess.run(["dpkg-deb", "-f", str(deb or self.flex), "Version"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+
+def _one(directory, pattern):
+    found = sorted(pathlib.Path(directory).glob(pattern))
+    if len(found) != 1:
+        raise ct.E2EError(f"expected one {pattern} in {directory}, found {[p.name for p in found]}")
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def debs(e2e_host, tmp_path_factory):
+    given = os.environ.get("AKS_FLEX_NODE_E2E_DEB_DIRS", "")
+    if given:
+        dirs = given.split(":")
+        flex = next(p for d in dirs for p in pathlib.Path(d).glob("aks-flex-node_*_all.deb"))
+        arc = next(p for d in dirs for p in pathlib.Path(d).glob("azcmagent_*_all.deb"))
+        return Debs(flex, arc)
+    out = tmp_path_factory.mktemp("e2e-debs")
+    ct._run([str(ct.REPO / "tools/build-deb.sh"), str(out / "flex")], timeout=900)
+    ct._run([str(ct.REPO / "tools/build-arc-agent.sh"), str(out / "arc")], timeout=900)
+    return Debs(_one(out / "flex", "aks-flex-node_*_all.deb"), _one(out / "arc", "azcmagent_*_all.deb"))
+
+
+class Repo:
+    """A published repository: `path` (served tree), `keyring`, the .sources stanza."""
+
+    def __init__(self, path, key_dir):
+        self.path = pathlib.Path(path)
+        self.key_dir = pathlib.Path(key_dir)
+        self.keyring = self.path / "aks-flex-node-archive-keyring.gpg"
+
+    def publish(self, *debs):
+        return ct._run([str(ct.REPO / "tools/publish-repo.sh"), "-o", str(self.path), "-k", str(self.key_dir),
+                        *map(str, debs)], timeout=300)
+
+    def sources_text(self, uri):
+        text = (self.path / "aks-flex-node.sources").read_text()
+        return "".join(f"URIs: {uri}\n" if line.startswith("URIs:") else line + "\n"
+                       for line in text.splitlines())
+
+
+@pytest.fixture(scope="session")
+def repo(debs, tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e-repo")
+    published = Repo(base / "repo", base / "key")
+    # Inside the container the tree is a bind mount: its host parents need no permissions
+    # for apt's _apt user; publish-repo.sh makes the tree itself world-readable.
+    published.publish(debs.flex, debs.arc)
+    return published
+
+
+@pytest.fixture
+def fresh_repo(debs, tmp_path):
+    """A repository of its own for a test that publishes into it (upgrades)."""
+    published = Repo(tmp_path / "repo", tmp_path / "key")
+    published.publish(debs.flex, debs.arc)
+    return published
+
+
+class NewerBuild:
+    def __init__(self, deb, old_version, new_version):
+        self.deb, self.old_version, self.new_version = deb, old_version, new_version
+
+
+@pytest.fixture(scope="session")
+def newer_deb(debs, tmp_path_factory):
+    """The same tree built as a newer version (tools/build-deb-version.sh), for upgrades."""
+    old = debs.version()
+    new = f"{old}+e2e1"
+    out = tmp_path_factory.mktemp("e2e-newer")
+    ct._run([str(ct.REPO / "tools/build-deb-version.sh"), new, str(out)], timeout=900)
+    return NewerBuild(_one(out, f"aks-flex-node_{new}_all.deb"), old, new)
+
+
+@pytest.fixture(scope="session")
+def unrelated_deb(e2e_host, tmp_path_factory):
+    """A small package that has nothing to do with ours (equivs), for "apt still works"."""
+    out = tmp_path_factory.mktemp("e2e-unrelated")
+    (out / "control").write_text(
+        "Section: misc\nPriority: optional\nStandards-Version: 4.6.2\n\n"
+        "Package: e2e-unrelated\nVersion: 1.0\nArchitecture: all\n"
+        "Maintainer: aks-flex-node maintainers <aks-flex-node@lists.example.org>\n"
+        "Description: unrelated package for the aks-flex-node e2e tests\n"
+        " Installed after a failed join, to show apt is not wedged.\n")
+    ct._run(["equivs-build", "control"], cwd=str(out), timeout=300)
+    return _one(out, "e2e-unrelated_1.0_all.deb")
+
+
+@pytest.fixture(scope="session")
+def mirror(e2e_host, emulator):
+    served = Mirror(ct.runtime_debs(), emulator)
+    yield served
+    served.stop()
+
+
+def _boot(base_root, request, binds):
+    run_dir = RUN_BASE / f"{request.node.name[:40]}-{uuid.uuid4().hex[:6]}"
+    box = ct.Container(base_root, run_dir, binds=binds)
+    request.addfinalizer(box.destroy)
+    box.start()
+    return box
+
+
+@pytest.fixture
+def booted(base_root, request):
+    """A booted container with nothing more (the harness smoke test)."""
+    return _boot(base_root, request, ())
+
+
+@pytest.fixture
+def boot_node(base_root, fresh_emulator, request):
+    """boot_node(repo) -> a booted node whose only APT source is `repo`, with the Arc agent's
+    settings in place (the agent itself comes with the package, as a Recommends)."""
+
+    def boot(repo):
+        box = _boot(base_root, request, [(repo.path, REPO_MOUNT, True),
+                                         (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False)])
+        n = Node(box, fresh_emulator)
+        n.add_repository(repo)
+        n.configure_arc_agent()
+        return n
+
+    return boot
+
+
+@pytest.fixture
+def node(boot_node, repo):
+    return boot_node(repo)

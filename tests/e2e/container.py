@@ -1,0 +1,439 @@
+"""A booted systemd container for the end-to-end tests: a cached bookworm root, an overlay
+per container, systemd-nspawn to boot it, nsenter to run commands in it.
+
+    base = BaseRoot().ensure()               # builds .cache/e2e/base-<key>/ once (mmdebstrap)
+    with Container(base, run_dir) as c:      # overlay mount + boot + wait for systemd
+        c.run(["systemctl", "is-active", "dbus"])
+    # powered off, killed if it would not, unmounted, its directories removed
+
+Why this shape:
+- The bootstrap (mmdebstrap, ~2 min) runs once; the tarball and its unpacked tree are kept
+  under .cache/e2e (git-ignored). Each container is an overlay on the unpacked tree, so a
+  boot costs seconds and a test can never change the cache.
+- `systemd-nspawn --boot --register=no --keep-unit` needs neither machined nor a systemd on
+  the test host. The container shares the host's network namespace: the emulator on the
+  host's 127.0.0.1 is reachable from inside, and himdsd inside listens on the host's
+  127.0.0.1:40342.
+- SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1: the node's preflight wants cgroup v2, which the
+  container gets even on a host that mounts the hybrid hierarchy.
+- SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 and CAP_NET_ADMIN: /proc/sys is writable inside, so
+  the package's `sysctl --system` works as on a machine, from the postinst and from the
+  agent service alike. The kernel is the host's: the values the node
+  sets are read before boot and put back after teardown (HOST_SYSCTLS).
+- Kernel modules cannot be loaded from a container. When the host kernel has no module
+  support at all (no /proc/modules: everything is built in), the container gets the
+  modules.builtin a kernel package would ship, so `modprobe overlay` succeeds as it does
+  for a built-in module. When the host has loadable modules, the harness loads overlay and
+  br_netfilter on the host before boot (and leaves them loaded).
+- Every container records its nspawn pid in its run directory: `make e2e-clean` finds and
+  ends exactly those, unmounts and removes what a killed test run left.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import pathlib
+import platform
+import shutil
+import signal
+import subprocess
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CACHE = pathlib.Path(os.environ.get("AKS_FLEX_NODE_E2E_CACHE", REPO / ".cache" / "e2e"))
+SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+SUITE = "bookworm"
+MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_MIRROR", "http://deb.debian.org/debian")
+SECURITY_MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
+
+# What a node has before our package comes: systemd, and the package's dependencies (the
+# tests install from the local repository only, never from Debian's archive). debconf-utils
+# for preseeding, kmod/procps for modprobe and sysctl, perl for debconf's readline frontend.
+BASE_PACKAGES = (
+    "systemd", "systemd-sysv", "dbus", "ca-certificates", "procps", "kmod", "iproute2",
+    "python3", "python3-azure", "python3-configobj", "python3-debian", "python3-yaml",
+    "ucf", "debconf-utils", "perl", "libterm-readline-gnu-perl",
+)
+# Debian's containerd, runc and CNI plugins: repacked as release tarballs (tests/e2e/mirror.py)
+# so the node runs the real containerd under systemd.
+RUNTIME_PACKAGES = ("containerd", "runc", "containernetworking-plugins")
+
+# The kernel settings the node's system phase writes (aks_flex_node/steps/system.py):
+# snapshotted on the host before a boot, restored after teardown.
+HOST_SYSCTLS = (
+    "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables", "net.ipv4.ip_forward",
+    "net.ipv4.conf.all.rp_filter", "net.ipv4.conf.default.rp_filter", "vm.overcommit_memory",
+    "kernel.panic", "kernel.panic_on_oops",
+)
+NODE_MODULES = ("overlay", "br_netfilter")
+BOOT_TIMEOUT = 90
+STOP_TIMEOUT = 30
+
+
+class E2EError(Exception):
+    pass
+
+
+def system_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHON"))}
+    env.update(PATH=SYSPATH, LC_ALL="C.UTF-8")
+    env.pop("DEBIAN_FRONTEND", None)
+    env.update(extra)
+    return env
+
+
+def _run(argv, timeout=600, check=True, **kw):
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=kw.pop("env", system_env()),
+                          **kw)
+    if check and proc.returncode != 0:
+        raise E2EError(f"{' '.join(map(str, argv))} exited {proc.returncode}\n"
+                       f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+# ---- the cached base root ---------------------------------------------------------------
+
+class BaseRoot:
+    """The bootstrapped bookworm tree: .cache/e2e/base-<key>.tar.zst and its unpacked copy.
+
+    The key is a hash of the suite, the mirror and the package list, so a change of any of
+    them builds a new one (and `make e2e-clean` drops old ones)."""
+
+    def __init__(self, cache=CACHE, packages=BASE_PACKAGES):
+        self.cache = pathlib.Path(cache)
+        self.packages = tuple(packages)
+        key = hashlib.sha256(json.dumps([SUITE, MIRROR, SECURITY_MIRROR, self.packages]).encode()).hexdigest()[:12]
+        self.tarball = self.cache / f"base-{key}.tar.zst"
+        self.tree = self.cache / f"base-{key}"
+        self.stamp = self.tree / ".unpacked"
+
+    def ensure(self):
+        if self.stamp.exists():
+            return self.tree
+        self.cache.mkdir(parents=True, exist_ok=True)
+        if not self.tarball.exists():
+            self._bootstrap()
+        if self.tree.exists():
+            shutil.rmtree(self.tree)
+        self.tree.mkdir()
+        _run(["tar", "-C", str(self.tree), "--zstd", "-xpf", str(self.tarball)], timeout=900)
+        self.stamp.write_text(str(self.tarball) + "\n")
+        return self.tree
+
+    def _bootstrap(self):
+        partial = self.cache / (self.tarball.name.replace(".tar.zst", ".partial.tar.zst"))
+        sources = [f"deb {MIRROR} {SUITE} main", f"deb {MIRROR} {SUITE}-updates main",
+                   f"deb {SECURITY_MIRROR} {SUITE}-security main"]
+        # The tests must never reach Debian's archive: the node's only source is the local
+        # repository each test adds, so the archive's sources.list goes.
+        _run(["mmdebstrap", "--mode=root", "--variant=apt", "--include=" + ",".join(self.packages),
+              "--customize-hook=rm -f \"$1\"/etc/apt/sources.list",
+              "--customize-hook=echo e2e-node > \"$1\"/etc/hostname",
+              SUITE, str(partial), *sources], timeout=1800)
+        os.replace(partial, self.tarball)
+
+
+def runtime_debs(cache=CACHE):
+    """Debian's containerd, runc and CNI plugin .debs (apt-get download, kept in the cache)."""
+    directory = pathlib.Path(cache) / "runtime-debs"
+    found = {name: sorted(directory.glob(f"{name}_*.deb")) for name in RUNTIME_PACKAGES}
+    if all(found.values()):
+        return {name: paths[-1] for name, paths in found.items()}
+    directory.mkdir(parents=True, exist_ok=True)
+    _run(["apt-get", "download", *RUNTIME_PACKAGES], cwd=str(directory), timeout=600)
+    return runtime_debs(cache)
+
+
+# ---- the host's kernel -------------------------------------------------------------------
+
+def read_sysctls(keys=HOST_SYSCTLS):
+    values = {}
+    for key in keys:
+        path = pathlib.Path("/proc/sys") / key.replace(".", "/")
+        with contextlib.suppress(OSError):
+            values[key] = path.read_text().strip()
+    return values
+
+
+def restore_sysctls(values):
+    """Put the host's values back; returns the keys that could not be written."""
+    failed = []
+    for key, value in values.items():
+        path = pathlib.Path("/proc/sys") / key.replace(".", "/")
+        try:
+            if path.read_text().strip() != value:
+                path.write_text(value + "\n")
+        except OSError:
+            failed.append(key)
+    return failed
+
+
+def prepare_kernel_modules(root):
+    """Make the node's modules loadable (see the module docstring); returns what was done."""
+    release = platform.release()
+    if os.path.exists("/proc/modules"):
+        loaded = pathlib.Path("/proc/modules").read_text()
+        for module in NODE_MODULES:
+            if f"{module} " not in loaded:
+                _run(["modprobe", module], check=False)
+        host_modules = pathlib.Path("/lib/modules") / release
+        return f"host modules loaded ({host_modules})"
+    target = pathlib.Path(root) / "lib/modules" / release
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "modules.builtin").write_text(
+        "kernel/fs/overlayfs/overlay.ko\nkernel/net/bridge/br_netfilter.ko\n")
+    (target / "modules.order").write_text("")
+    return f"built-in modules listed in {target}/modules.builtin"
+
+
+# ---- mounts and processes ----------------------------------------------------------------
+
+def mounts_under(path):
+    path = os.path.realpath(path)
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mount_point = line.split()[4].replace("\\040", " ")
+            if mount_point == path or mount_point.startswith(path + "/"):
+                out.append(mount_point)
+    return out
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+class Container:
+    """One booted container on an overlay of `base`, living in `run_dir`.
+
+    `binds` are (host path, container path, read_only) triples given to nspawn."""
+
+    def __init__(self, base, run_dir, name="aks-e2e", binds=(), hostname="e2e-node"):
+        self.base = pathlib.Path(base)
+        self.run_dir = pathlib.Path(run_dir)
+        self.name = name
+        self.binds = tuple(binds)
+        self.hostname = hostname
+        self.root = self.run_dir / "merged"
+        self.log_path = self.run_dir / "nspawn.log"
+        self.process = None
+        self.leader = None
+        self.sysctls = {}
+        self.notes = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def start(self):
+        for sub in ("upper", "work", "merged"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        _run(["mount", "-t", "overlay", "overlay", "-o",
+              f"lowerdir={self.base},upperdir={self.run_dir / 'upper'},workdir={self.run_dir / 'work'}",
+              str(self.root)])
+        (self.root / "etc/hostname").write_text(self.hostname + "\n")
+        # What the installer writes on a real machine (mmdebstrap writes no /etc/hosts, and
+        # without it "localhost", which HIMDS clients use, does not resolve).
+        (self.root / "etc/hosts").write_text(
+            f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+        self.notes.append(prepare_kernel_modules(self.root))
+        self.sysctls = read_sysctls()
+        (self.run_dir / "sysctls.json").write_text(json.dumps(self.sysctls))
+
+        # CAP_NET_ADMIN: nspawn keeps it only with a private network, and a machine's root
+        # (so the agent service, which applies the node's net.* sysctls) has it.
+        argv = ["systemd-nspawn", "-D", str(self.root), "--boot", "--register=no", "--keep-unit",
+                f"--machine={self.name}", "--console=passive", "--capability=CAP_NET_ADMIN"]
+        for host_path, container_path, read_only in self.binds:
+            argv.append(f"--bind{'-ro' if read_only else ''}={host_path}:{container_path}")
+        env = system_env(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1", SYSTEMD_NSPAWN_API_VFS_WRITABLE="1")
+        with open(self.log_path, "ab") as log:
+            # Its own session: a ^C in the terminal reaches pytest, which tears down in order.
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                            start_new_session=True)
+        (self.run_dir / "nspawn.pid").write_text(f"{self.process.pid}\n")
+        self.leader = self._wait_leader()
+        (self.run_dir / "leader.pid").write_text(f"{self.leader}\n")
+        state = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=BOOT_TIMEOUT)
+        # "degraded" is fine: a unit a container cannot run (e.g. a kernel feature) failed.
+        if state.stdout.strip() not in ("running", "degraded"):
+            raise E2EError(f"the container did not boot: systemctl is-system-running says "
+                           f"{state.stdout.strip() or state.stderr.strip()!r}\n{self.log_tail()}")
+        if self.path(f"/lib/modules/{platform.release()}/modules.builtin").exists():
+            # kmod reads the binary index depmod makes of modules.builtin.
+            self.run(["depmod", platform.release()])
+        return self
+
+    def _wait_leader(self):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise E2EError(f"systemd-nspawn exited {self.process.returncode}:\n{self.log_tail()}")
+            kids = children(self.process.pid)
+            if kids and self._is_booted_systemd(kids[0]):
+                return kids[0]
+            time.sleep(0.1)
+        raise E2EError(f"no systemd in the container after 30 s:\n{self.log_tail()}")
+
+    @staticmethod
+    def _is_booted_systemd(pid):
+        try:
+            # systemd re-execs itself from nspawn's child: wait until it has, and its socket is up.
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            return False
+        return exe.endswith("/systemd") and os.path.exists(f"/proc/{pid}/root/run/systemd/private")
+
+    def log_tail(self, lines=30):
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def poweroff(self, timeout=STOP_TIMEOUT):
+        """systemctl poweroff and wait for nspawn to exit; SIGKILL the container's init if
+        it does not (its PID namespace, and every process in it, goes with it)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        if self.leader and pid_alive(self.leader):
+            self.run(["systemctl", "poweroff", "--no-block"], check=False, timeout=30)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            if self.leader and pid_alive(self.leader):
+                os.kill(self.leader, signal.SIGKILL)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def destroy(self):
+        """Power off, unmount, remove the run directory, restore the host's sysctls: each
+        step runs even if an earlier one failed."""
+        problems = []
+        with contextlib.suppress(Exception):
+            self.poweroff()
+        for mount_point in sorted(mounts_under(self.run_dir), key=len, reverse=True):
+            proc = _run(["umount", mount_point], check=False)
+            if proc.returncode != 0:
+                _run(["umount", "-l", mount_point], check=False)
+        if mounts_under(self.run_dir):
+            problems.append(f"still mounted: {mounts_under(self.run_dir)}")
+        else:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        failed = restore_sysctls(self.sysctls)
+        if failed:
+            problems.append(f"host sysctls not restored: {failed}")
+        if problems:
+            raise E2EError("; ".join(problems))
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def command(self, argv, env=None):
+        """The host argv that runs `argv` inside, with a clean environment."""
+        base_env = {"PATH": SYSPATH, "LANG": "C.UTF-8", "HOME": "/root", "TERM": "dumb"}
+        base_env.update(env or {})
+        return ["nsenter", "-t", str(self.leader), "-a", "--", "/usr/bin/env", "-i",
+                *(f"{k}={v}" for k, v in base_env.items()), *argv]
+
+    def run(self, argv, check=True, timeout=300, input=None, env=None):
+        """Run argv (a list, or a string for sh -c) in the container; a CompletedProcess."""
+        if isinstance(argv, str):
+            argv = ["/bin/sh", "-c", argv]
+        proc = subprocess.run(self.command(argv, env), capture_output=True, text=True, timeout=timeout,
+                              input=input, env=system_env())
+        if check and proc.returncode != 0:
+            raise E2EError(f"in the container: {' '.join(argv)} exited {proc.returncode}\n"
+                           f"stdout:\n{proc.stdout[-6000:]}\nstderr:\n{proc.stderr[-6000:]}")
+        return proc
+
+    def path(self, node_path):
+        """The host path of a node path (the overlay's merged view)."""
+        return self.root / node_path.lstrip("/")
+
+    def write(self, node_path, data, mode=0o644):
+        path = self.path(node_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            data = data.encode()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+
+    def copy_in(self, host_path, node_path, mode=None):
+        data = pathlib.Path(host_path).read_bytes()
+        self.write(node_path, data, mode if mode is not None else os.stat(host_path).st_mode & 0o777)
+
+    def read(self, node_path):
+        path = self.path(node_path)
+        return path.read_bytes() if path.exists() else None
+
+    def is_active(self, unit):
+        return self.run(["systemctl", "is-active", unit], check=False).stdout.strip()
+
+    def is_enabled(self, unit):
+        return self.run(["systemctl", "is-enabled", unit], check=False).stdout.strip()
+
+    def processes(self):
+        """The pids in the container's PID namespace, as the host sees them."""
+        try:
+            ns = os.readlink(f"/proc/{self.leader}/ns/pid")
+        except OSError:
+            return []
+        out = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{entry}/ns/pid") == ns:
+                        out.append(int(entry))
+        return out
+
+
+def clean_leftovers(run_base):
+    """End what killed test runs left under run_base: the nspawn processes they recorded
+    (by pid, only when it is still a systemd-nspawn), their mounts, their directories."""
+    run_base = pathlib.Path(run_base)
+    report = []
+    if not run_base.exists():
+        return report
+    for run_dir in sorted(p for p in run_base.iterdir() if p.is_dir()):
+        for name in ("leader.pid", "nspawn.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int((run_dir / name).read_text())
+                comm = pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+                if comm in ("systemd-nspawn", "systemd") and pid_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+                    report.append(f"killed {comm} {pid}")
+        time.sleep(0.5)
+        for mount_point in sorted(mounts_under(run_dir), key=len, reverse=True):
+            _run(["umount", "-l", mount_point], check=False)
+            report.append(f"unmounted {mount_point}")
+        with contextlib.suppress(OSError, ValueError):
+            restore_sysctls(json.loads((run_dir / "sysctls.json").read_text()))
+        shutil.rmtree(run_dir, ignore_errors=True)
+        report.append(f"removed {run_dir}")
+    return report
