@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 
-DEFAULT_ENDPOINT = "http://localhost:40342/metadata/identity/oauth2/token"  # azure-wire.md §3.1
+# azure-wire.md §3.1 documents localhost:40342; we say 127.0.0.1 (as the config default does)
+# so that no /etc/hosts entry and no resolver sits between the kubelet and its token.
+DEFAULT_ENDPOINT = "http://127.0.0.1:40342/metadata/identity/oauth2/token"
 DEFAULT_KEY_DIR = "/var/opt/azcmagent/tokens"  # azure-wire.md §3.2
 # MSAL 1.39 sends 2020-06-01; the Learn bash sample and msal-node send 2019-11-01
 # (azure-wire.md §3.2): HIMDS accepts both.

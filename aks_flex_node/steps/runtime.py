@@ -9,6 +9,7 @@ RUNC_PATH = BIN_DIR + "/runc"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CONTAINERD_UNIT = "/etc/systemd/system/containerd.service"
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
+CONTAINERD_STATE_DIRS = ("/var/lib/containerd", "/opt/containerd")
 
 
 class RuncStep(ArtifactStep):
@@ -105,6 +106,10 @@ class ContainerdConfigStep(Step):
     def check(self, ctx):
         plan = Plan()
         tracked.plan_dir(ctx, plan, self.name, "/etc/containerd", 0o755)
+        # containerd's own state (images, snapshots): made here, so that when this node
+        # leaves, unbootstrap takes it along (and leaves a pre-existing one alone).
+        for state_dir in CONTAINERD_STATE_DIRS:
+            tracked.plan_dir(ctx, plan, self.name, state_dir, 0o711)
         tracked.plan_file(ctx, plan, self.name, CONTAINERD_CONFIG, containerd_config(ctx.config),
                           0o644, why="containerd's settings",
                           on_change=lambda: ctx.facts.set("containerd_config_changed", True))

@@ -52,7 +52,8 @@ class ServicesStep(Step):
                 ctx.ledger.forget("unit", unit)
             except Exception as exc:
                 leftovers.append(f"unit {unit}: {getattr(exc, 'message', None) or exc}")
-        leftovers += unmount_below(ctx.host, KUBELET_DATA)
+        for top in (KUBELET_DATA, "/run/containerd", "/var/lib/containerd"):
+            leftovers += unmount_below(ctx.host, top)
         return leftovers
 
 

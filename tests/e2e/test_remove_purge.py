@@ -63,17 +63,10 @@ def test_purge_leaves_nothing_of_ours(node, mirror):
     # with what it was before the install.
     node.apt_get("purge", "azcmagent")
     left = sorted(p for p in node.file_list() - before if not UCF_OWN.fullmatch(p))
-    runtime_state = [p for p in left if p.startswith(RUNTIME_STATE)]
-    others = [p for p in left if p not in runtime_state]
-    assert others == [], f"left on the machine after purge: {others}"
-    if runtime_state:
-        # The state containerd writes for itself, under the directories the upstream agent's
-        # unbootstrap removes (upstream-go-agent.md section 4, step 7): the library's
-        # unbootstrap does not yet (reported to the lead). Everything else is checked above.
-        pytest.xfail(f"containerd's own state is left after unbootstrap: {runtime_state[:4]}...")
+    # containerd's own state included (the library makes its directories, so it removes them).
+    assert left == [], f"left on the machine after purge: {left}"
 
 
 # ucf's rotating backups of its own database, and its cache directory: ucf's, not ours
 # (the live hashfile and registry are checked to have no entry of ours).
 UCF_OWN = re.compile(r"/var/lib/ucf/(hashfile|registry)\.\d+|/var/lib/ucf/cache")
-RUNTIME_STATE = ("/var/lib/containerd", "/opt/containerd")
