@@ -105,19 +105,6 @@ class Chroot:
                                 found.append("/" + os.path.relpath(path, self.path))
         return sorted(found)
 
-    def holding(self, text):
-        """Files holding text, where anything of ours can write (not the read-only /usr)."""
-        found = []
-        for top in ("etc", "var", "root", "tmp", "run", "srv", "opt"):
-          for dirpath, _dirs, names in os.walk(self.path / top):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                if os.path.isfile(path) and not os.path.islink(path):
-                    with open(path, "rb") as f:
-                        if text.encode() in f.read():
-                            found.append("/" + os.path.relpath(path, self.path))
-        return sorted(found)
-
 
 @pytest.fixture(scope="module")
 def chroot(built_deb, tmp_path_factory):

@@ -40,9 +40,10 @@ import signal
 import subprocess
 import time
 
+from tests.deb.debtools import SYSPATH, system_env  # Debian's tools, in a clean environment
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = pathlib.Path(os.environ.get("AKS_FLEX_NODE_E2E_CACHE", REPO / ".cache" / "e2e"))
-SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 SUITE = "bookworm"
 MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
@@ -75,12 +76,6 @@ class E2EError(Exception):
     pass
 
 
-def system_env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHON"))}
-    env.update(PATH=SYSPATH, LC_ALL="C.UTF-8")
-    env.pop("DEBIAN_FRONTEND", None)
-    env.update(extra)
-    return env
 
 
 def _run(argv, timeout=600, check=True, **kw):
