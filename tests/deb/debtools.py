@@ -55,3 +55,13 @@ def depends(field_text):
         match = re.match(r"^([^\s(|]+)\s*(\([^)]*\))?", item)
         out[match.group(1)] = (match.group(2) or "", item)
     return out
+
+
+def conf_value(text, key):
+    """The last `key = value` in a configuration file's text (what a sh reader sees), or None."""
+    value = None
+    for line in text.splitlines():
+        name, sep, rest = line.partition("=")
+        if sep and name.strip() == key:
+            value = rest.strip()
+    return value

@@ -173,13 +173,7 @@ class Sandbox:
         return self.root / node_path.lstrip("/")
 
     def conf_value(self, key):
-        value = None
-        text = self.path(CONF).read_text()
-        for line in text.splitlines():
-            name, sep, rest = line.partition("=")
-            if sep and name.strip() == key:
-                value = rest.strip()
-        return value
+        return debtools.conf_value(self.path(CONF).read_text(), key)
 
     def set_conf_value(self, key, value):
         path = self.path(CONF)

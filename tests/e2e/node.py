@@ -16,6 +16,7 @@ import subprocess
 import time
 
 from aks_flex_node import config as flex_config
+from tests.deb import debtools
 from tests.e2e.container import system_env
 from tests.emulator import constants as C
 
@@ -151,13 +152,7 @@ class Node:
                                  f"{proc.stdout}\n{proc.stderr}")
 
     def conf_value(self, key):
-        text = (self.c.read(CONF) or b"").decode()
-        value = None
-        for line in text.splitlines():
-            name, sep, rest = line.partition("=")
-            if sep and name.strip() == key:
-                value = rest.strip()
-        return value
+        return debtools.conf_value((self.c.read(CONF) or b"").decode(), key)
 
     def set_conf_value(self, key, value):
         """Edit one key of the configuration file in place, as an operator with an editor."""
