@@ -8,7 +8,7 @@ APT_DEPS := python3 python3-azure python3-configobj python3-yaml python3-debian 
             python3-cryptography python3-requests python3-venv python3-pip openssl
 PYTEST_ARGS ?=
 
-.PHONY: all deps test test-debian test-pypi demo demo-clean bench clean
+.PHONY: all deps test test-debian test-pypi demo-library bench clean
 
 all: test
 
@@ -34,18 +34,16 @@ test-debian: deps
 test-pypi: $(VENV)/.stamp
 	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q --ignore=tests/deb $(PYTEST_ARGS)
 
-# A bootstrap against the emulator into a scratch root, phase by phase.
-demo: deps
+# The library alone, without the package or a container: a bootstrap against the emulator
+# into a scratch root (build/demo-library) with stand-in host commands, phase by phase.
+demo-library: deps
 	env PATH=$(SYSPATH) $(PY) -m tests.demo
-
-demo-clean:
-	rm -rf demo-root
 
 bench: deps
 	env PATH=$(SYSPATH) $(PY) -m tests.bench
 
-clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache demo-root
+clean: demo-clean
+	rm -rf $(VENV) build *.egg-info .pytest_cache
 
 # ---------------------------------------------------------------------------------------
 # The Debian package (issue 3). Each target installs what it needs from Debian's archive.
@@ -87,7 +85,7 @@ test-deb: deb-deps deps
 #                   (systemd-nspawn), against the emulator: docs/testing.md
 #   make e2e-clean  ends the containers a killed run left (by their recorded pids), unmounts
 #                   them, and drops .cache/e2e (the cached base root) and build/repo
-.PHONY: repo e2e e2e-clean
+.PHONY: repo e2e-deps e2e e2e-clean
 
 repo: deb
 	@missing=$$(for p in aptly gnupg; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -98,12 +96,18 @@ repo: deb
 	tools/build-arc-agent.sh build/arc-agent
 	tools/publish-repo.sh -o build/repo $(DEB_OUT)/aks-flex-node_*_all.deb build/arc-agent/azcmagent_*_all.deb
 
-e2e: repo deps
-	@missing=$$(for p in mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper equivs piuparts; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+# debian-archive-keyring: mmdebstrap verifies bookworm with it (an Ubuntu host lacks it).
+E2E_DEPS := mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper equivs piuparts \
+            debian-archive-keyring
+
+e2e-deps:
+	@missing=$$(for p in $(E2E_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+e2e: repo deps e2e-deps
 	env PATH=$(SYSPATH) AKS_FLEX_NODE_E2E_DEB_DIRS=$(DEB_OUT):build/arc-agent \
 	  $(PY) -m pytest -q -m e2e tests/e2e $(PYTEST_ARGS)
 
@@ -159,3 +163,25 @@ autopkgtest: deb autopkgtest-deps deps
 
 # make test-deb runs the autopkgtest too (tests/deb/test_autopkgtest.py): same needs.
 test-deb: autopkgtest-deps
+
+# ---------------------------------------------------------------------------------------
+# The demo (the README's first command): the package built and published (make repo), a
+# bookworm machine booted with systemd-nspawn, `apt-get install aks-flex-node` preseeded
+# against the emulator, the join phase by phase; the node and the emulator are left
+# running (tests/e2e/demo.py, all under demo-root/).
+#   make demo-shell [CMD='...']  a root shell on the node, or one command
+#   make demo-azure              what Azure (the emulator) holds now
+#   make demo-clean              power the node off, stop the emulator, remove demo-root
+.PHONY: demo demo-shell demo-azure demo-clean
+
+demo: repo deps e2e-deps
+	env PATH=$(SYSPATH) $(PY) -m tests.e2e.demo up
+
+demo-shell:
+	@env PATH=$(SYSPATH) $(PY) -m tests.e2e.demo shell $(if $(CMD),/bin/sh -c "$$CMD")
+
+demo-azure:
+	@env PATH=$(SYSPATH) $(PY) -m tests.e2e.demo azure
+
+demo-clean:
+	@if [ -d demo-root ]; then env PATH=$(SYSPATH) $(PY) -m tests.e2e.demo down; fi

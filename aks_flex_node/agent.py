@@ -32,6 +32,7 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
             signal.signal(sig, lambda *_: stop.set())
     backoff = min(10.0, interval)
     last_full = None  # when the last full pass succeeded
+    idle = False  # said "nothing to watch" already: say it once, not every interval
     while not stop.is_set():
         try:
             cfg = load_config()
@@ -43,18 +44,23 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
             stop.wait(interval)
             continue
         if not _join_wanted(host, Ledger):
-            log.info("no join pending and the node is not joined: nothing to watch")
+            if not idle:
+                log.info("no join pending and the node is not joined: nothing to watch")
+            idle = True
             if once:
                 return int(ExitCode.OK)
             stop.wait(interval)
             continue
+        idle = False
         full = last_full is None or clock() - last_full >= cloud_interval
+        joining = host.read_bytes(operations.PENDING_MARKER) is not None
         try:
             result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full)
             ok, error = result.ok, result.error
         except FlexNodeError as exc:  # lock held by a manual run, etc.
             ok, error = False, exc
         if ok:
+            _log_pass(result, cfg, joining, full)
             if full:
                 last_full = clock()
             backoff = min(10.0, interval)
@@ -71,6 +77,18 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
             backoff = min(backoff * 2, MAX_BACKOFF)
     log.info("agent stopped")
     return int(ExitCode.OK)
+
+
+def _log_pass(result, cfg, joining, full):
+    """A journal line for a pass that changed something (the runner logged each action);
+    a converged node's passes stay quiet."""
+    from aks_flex_node.engine.runner import CHANGED
+
+    changed = [phase.name for phase in result.phases if phase.status == CHANGED]
+    if joining:
+        log.info("joined %s as %s; keeping the node converged", cfg.cluster.name, cfg.machine_name)
+    elif changed:
+        log.info("%s pass: repaired %s", "full" if full else "local", ", ".join(changed))
 
 
 def _join_wanted(host, ledger_cls):

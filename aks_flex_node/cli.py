@@ -101,8 +101,8 @@ def build_parser():
     return parser
 
 
-def _setup_logging(verbosity):
-    level = logging.WARNING - 10 * verbosity
+def _setup_logging(verbosity, base=logging.WARNING):
+    level = base - 10 * verbosity
     handler = logging.StreamHandler(sys.stderr)
     # journald adds its own timestamps (JOURNAL_STREAM is set for a unit's stderr).
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else \
@@ -234,14 +234,23 @@ def cmd_unbootstrap(args):
 def cmd_status(args):
     import time
 
-    from aks_flex_node.engine.status import StatusFile
+    from aks_flex_node.engine.status import PENDING, StatusFile
+    from aks_flex_node.operations import PENDING_MARKER
 
-    status_file = StatusFile(_make_host(args))
+    host = _make_host(args)
+    status_file = StatusFile(host)
     if args.wait:
+        # Over when a run completed and no join is pending: a pending join's failed
+        # attempts are retried by the agent, so they are not the end.
         deadline = time.monotonic() + args.timeout
-        while not status_file.is_complete():
+        while not status_file.is_complete() or (status_file.read() or {}).get("state") == PENDING:
             if time.monotonic() >= deadline:
-                raise TemporaryError(f"no run completed within {args.timeout:.0f} s")
+                if host.read_bytes(PENDING_MARKER) is None:
+                    raise TemporaryError(f"no run completed within {args.timeout:.0f} s")
+                last_error = ((status_file.read() or {}).get("error") or {}).get("message")
+                raise TemporaryError(f"the join is still pending after {args.timeout:.0f} s"
+                                     + (f"; the last attempt: {last_error}" if last_error else
+                                        "; an attempt is running"))
             time.sleep(0.5)
     status = status_file.read()
     if status is None:
@@ -260,6 +269,8 @@ def cmd_status(args):
                 print(f"  {'':<18} - {change['what']}")
         if status.get("error"):
             print(f"error: {status['error'].get('message')}")
+        if host.read_bytes(PENDING_MARKER) is not None:
+            print("the join is pending: aks-flex-node-agent retries it (journalctl -u aks-flex-node-agent)")
         for item in status.get("leftovers", []):
             print(f"leftover: {item}")
     if args.wait:
@@ -394,7 +405,9 @@ def main(argv=None):
     json_out = "--json" in argv
     try:
         args = build_parser().parse_args(argv)
-        _setup_logging(getattr(args, "verbose", 0) or 0)
+        # The agent is a service: its journal tells what each pass changed (INFO).
+        _setup_logging(getattr(args, "verbose", 0) or 0,
+                       logging.INFO if args.command == "agent" else logging.WARNING)
         return COMMANDS[args.command](args)
     except FlexNodeError as error:
         log.debug("failed", exc_info=True)

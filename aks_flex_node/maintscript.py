@@ -47,6 +47,8 @@ SECRET_QUESTION = "sp_client_secret"
 SECRET_PATH = "/etc/aks-flex-node/sp-client-secret"  # the CLI's `config import` default too
 SHIPPED_DEFAULT = "/usr/share/aks-flex-node/aks-flex-node.conf"
 AGENT_UNIT = "aks-flex-node-agent.service"
+# The Azure Connected Machine agent's package (Microsoft's repository; ours Recommends it).
+ARC_AGENT_PACKAGE = "azcmagent"
 RETRY, FAIL = "retry-in-background", "fail-install"
 
 # Bounds, so a hung Azure call never holds the dpkg lock for good (debian-packaging.md §2.2).
@@ -232,6 +234,26 @@ def join_reason(action, since_version, pending):
     return None
 
 
+def arc_agent_unconfigured(host):
+    """Why the join must wait for the Arc agent's package, or None.
+
+    apt installs a Recommends in the same run, but dpkg need not configure it first: when
+    it configures us before azcmagent, himdsd is not running yet and a join would fail at
+    the first token. dpkg-query reads dpkg's database with its journal of this run (the
+    status file alone lags behind); db:Status-Abbrev's second letter is U (unpacked),
+    F (half-configured) or H (half-installed) until the package's postinst has run."""
+    if not shutil.which("dpkg-query"):
+        return None
+    admindir = host.path("/var/lib/dpkg")
+    result = host.run(["dpkg-query", f"--admindir={admindir}", "-W", "-f=${db:Status-Abbrev}",
+                       ARC_AGENT_PACKAGE], ok_codes=(0, 1, 2))
+    state = result.stdout.strip()
+    if result.returncode == 0 and len(state) >= 2 and state[1] in "UFH":
+        return (f"the Arc agent's package ({ARC_AGENT_PACKAGE}) is unpacked but not configured yet: "
+                "dpkg configures it after this package, in this same run")
+    return None
+
+
 def live_system_blocker(host):
     """Why no join can run on this system now (image build, chroot, no systemd), or None."""
     from aks_flex_node.host import HOST_BIN_ENV
@@ -364,7 +386,17 @@ def join(channel, action, since_version, root):
                     "joins when the machine runs (or run dpkg-reconfigure aks-flex-node)", blocker)
         return ExitCode.OK
 
-    _mark_pending(host)
+    waiting = arc_agent_unconfigured(host)
+    if waiting:
+        progress.stop()
+        _mark_pending(host)
+        sys.stderr.write(f"aks-flex-node: not joining yet: {waiting}. The join is pending: "
+                         "aks-flex-node-agent runs it once himdsd answers (aks-flex-node status --wait)\n")
+        _start_agent(host)
+        return ExitCode.OK
+
+    if mode == RETRY:  # the mark survives a crash or the time limit: the agent takes over
+        _mark_pending(host)
     budget = _timeout(JOIN_TIMEOUT_ENV, 900.0)
     log.info("joining %s as %s (%s)", cfg.cluster.resource_id, cfg.machine_name, reason)
     finished, outcome = _bounded(lambda: _leave_then_join(cfg, host, progress), budget, "join")

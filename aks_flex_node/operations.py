@@ -67,8 +67,14 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         result = runner.run()
         phases = [p.to_dict() for p in result.phases if p.name in runner.selected]
         code = exit_code_of(result.error)
+        if result.ok:
+            state = st.SUCCEEDED
+        elif not dry_run and host.read_bytes(PENDING_MARKER) is not None:
+            state = st.PENDING  # a join the agent retries: this attempt failed, the join goes on
+        else:
+            state = st.FAILED
         summary = dict(
-            base, state=st.SUCCEEDED if result.ok else st.FAILED, started=st.now_iso(result.started),
+            base, state=state, started=st.now_iso(result.started),
             finished=st.now_iso(result.finished),
             duration_s=round(result.finished - result.started, 3), exit_code=int(code),
             error=_error_dict(result.error), phases=phases, dry_run=dry_run)

@@ -1,9 +1,9 @@
-"""`make demo`: join a scratch node to the emulated AKS cluster and show what happened.
+"""`make demo-library`: join a scratch node to the emulated AKS cluster and show what happened.
 
 Everything runs on this machine: the emulator stands in for Azure (ARM, Entra ID, HIMDS, the
 cluster's API server and the release artifacts) on loopback, the node is a directory
-(./demo-root/node) and the host commands are stand-ins (tests/fakes/bin). Nothing outside
-./demo-root is changed.
+(./build/demo-library/node) and the host commands are stand-ins (tests/fakes/bin). Nothing outside
+./build/demo-library is changed.
 """
 
 import os
@@ -14,7 +14,7 @@ import sys
 from tests import harness
 from tests.emulator_fixtures import FakeHost, start_emulator, stop_fake_units
 
-DEMO_DIR = os.path.join(harness.REPO, "demo-root")
+DEMO_DIR = os.path.join(harness.REPO, "build", "demo-library")
 
 
 def banner(text):
@@ -22,7 +22,7 @@ def banner(text):
 
 
 def run(node, *args):
-    shown = " ".join(["aks-flex-node", *args, "--root", "demo-root/node"])
+    shown = " ".join(["aks-flex-node", *args, "--root", "build/demo-library/node"])
     print(f"$ {shown}", flush=True)
     proc = subprocess.run([sys.executable, "-m", "aks_flex_node", *args, "--root", node.root],
                           env=node.env, cwd=harness.REPO)
@@ -73,12 +73,12 @@ def main():
                 ready = [c["status"] for c in n["status"].get("conditions", []) if c["type"] == "Ready"]
                 print(f"cluster {cluster}: node {n['metadata']['name']} Ready={ready[0] if ready else '?'}")
         banner("look around")
-        print("  cat demo-root/node/var/lib/aks-flex-node/status.json   # the status contract")
-        print("  cat demo-root/node/var/lib/kubelet/kubeconfig          # exec plugin, no secret")
-        print("  cat demo-root/node/etc/systemd/system/kubelet.service.d/10-aks-flex-node.conf")
-        print("  cat demo-root/host/fake-state/calls.jsonl              # every host command run")
-        print("  PYTHONPATH=. python3 -m aks_flex_node status --root demo-root/node")
-        print("clean up: make demo-clean (the emulator and the stand-in kubelet are already stopped)")
+        print("  cat build/demo-library/node/var/lib/aks-flex-node/status.json   # the status contract")
+        print("  cat build/demo-library/node/var/lib/kubelet/kubeconfig          # exec plugin, no secret")
+        print("  cat build/demo-library/node/etc/systemd/system/kubelet.service.d/10-aks-flex-node.conf")
+        print("  cat build/demo-library/host/fake-state/calls.jsonl              # every host command run")
+        print("  PYTHONPATH=. python3 -m aks_flex_node status --root build/demo-library/node")
+        print("clean up: rm -rf build/demo-library (the emulator and the stand-in kubelet are already stopped)")
     finally:
         stop_fake_units(fake.state_dir)
         emu.stop()

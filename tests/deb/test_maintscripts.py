@@ -73,6 +73,7 @@ def test_postinst_configure_on_first_install_joins(sandbox):
     assert ran(sandbox) == "bootstrap"
     # The join failed (Azure is unreachable): pending, and the agent started to retry it.
     assert sandbox.path(sb_mod.PENDING).exists()
+    assert sandbox.status()["state"] == "pending"
     assert ["start", "aks-flex-node-agent.service"] in sandbox.invoked()
     assert "the join is pending" in result.stderr
     # Debconf's channel is stdout: the postinst and the library never print there.
@@ -99,6 +100,31 @@ def test_postinst_configure_on_upgrade_finishes_a_pending_join(sandbox):
     result = sandbox.run("postinst", "configure", "0.0.9")
     assert result.returncode == 0, result.stderr
     assert ran(sandbox) == "bootstrap"
+
+
+@pytest.mark.parametrize("arc_agent_status, joins", [
+    ("install ok unpacked", False),         # apt's one run: dpkg configures it after us
+    ("install ok half-configured", False),  # its postinst failed or runs
+    ("install ok installed", True),
+])
+@pytest.mark.parametrize("on_join_failure", ["retry-in-background", "fail-install"])
+def test_postinst_leaves_the_join_to_the_agent_until_the_arc_agent_is_configured(
+        sandbox, arc_agent_status, joins, on_join_failure):
+    with open(sandbox.path("/var/lib/dpkg/status"), "a") as status:
+        status.write(f"\nPackage: azcmagent\nStatus: {arc_agent_status}\nVersion: 1.50.0\n"
+                     "Architecture: amd64\nMaintainer: M <m@example.org>\nDescription: Arc agent\n")
+    preseed_join(sandbox, on_join_failure=("select", on_join_failure))
+    loopback_cloud(sandbox)
+    result = sandbox.run("postinst", "configure", "")
+    if joins:
+        assert ran(sandbox) == "bootstrap", result.stderr
+        return
+    # No attempt that could only fail at the first token; the agent joins once himdsd answers.
+    assert result.returncode == 0, result.stderr
+    assert ran(sandbox) is None
+    assert sandbox.path(sb_mod.PENDING).exists()
+    assert ["start", "aks-flex-node-agent.service"] in sandbox.invoked()
+    assert "(azcmagent) is unpacked but not configured yet" in result.stderr
 
 
 @pytest.mark.parametrize("args, env", [
@@ -155,6 +181,7 @@ def test_postinst_fail_install_mode_fails_and_leaves_no_pending_join(sandbox):
     result = sandbox.run("postinst", "configure", "")
     assert result.returncode != 0
     assert ran(sandbox) == "bootstrap"
+    assert sandbox.status()["state"] == "failed"  # nothing retries it
     assert not sandbox.path(sb_mod.PENDING).exists()
     assert "fail-install" in result.stderr
     assert sandbox.invoked() == []

@@ -1,6 +1,7 @@
 """Fixtures of the end-to-end tests (marker e2e; `make e2e` runs them, `make test` never).
 
-  base_root   the cached bookworm tree (container.BaseRoot), built on first use
+  base        the cached bookworm root (container.BaseRoot), built on first use;
+  base_root   its tree
   debs        the .debs under test: aks-flex-node and the Arc agent stand-in (built here,
               or taken from AKS_FLEX_NODE_E2E_DEB_DIRS, which `make e2e` sets)
   repo        a signed APT repository of them, with its own throwaway key (tools/publish-repo.sh)
@@ -17,16 +18,20 @@ import os
 import pathlib
 import shutil
 import subprocess
+import urllib.parse
 import uuid
 
 import pytest
 
+from aks_flex_node.azure import himds
 from tests.e2e import container as ct
 from tests.e2e.mirror import Mirror
 from tests.e2e.node import REPO_MOUNT, UPSTREAM_KEYS_MOUNT, Node
+from tests.e2e.repository import Repo
 
 TOOLS = ("mmdebstrap", "systemd-nspawn", "nsenter", "aptly", "gpg", "dpkg-buildpackage", "equivs-build", "piuparts", "mount")
 RUN_BASE = ct.CACHE / "run"
+HIMDS_PORT = urllib.parse.urlsplit(himds.DEFAULT_ENDPOINT).port  # the Arc agent's: 40342
 
 
 @pytest.fixture(scope="session")
@@ -37,12 +42,24 @@ def e2e_host():
     missing = [t for t in TOOLS if not shutil.which(t, path=ct.SYSPATH)]
     if missing:
         pytest.fail(f"missing {', '.join(missing)}: `make e2e` installs them from Debian and runs these tests")
+    # The node's himdsd listens on the host's 127.0.0.1:40342 (the container shares its
+    # loopback): one left by `make demo` would answer in its place.
+    if ct.port_in_use(HIMDS_PORT):
+        pytest.fail(f"127.0.0.1:{HIMDS_PORT} (HIMDS) is taken on this host: is a `make demo` node still "
+                    f"running? `make demo-clean` ends it")
     RUN_BASE.mkdir(parents=True, exist_ok=True)
 
 
 @pytest.fixture(scope="session")
-def base_root(e2e_host):
-    return ct.BaseRoot().ensure()
+def base(e2e_host):
+    base = ct.BaseRoot()
+    base.ensure()
+    return base
+
+
+@pytest.fixture(scope="session")
+def base_root(base):
+    return base.tree
 
 
 class Debs:
@@ -73,24 +90,6 @@ def debs(e2e_host, tmp_path_factory):
     ct._run([str(ct.REPO / "tools/build-deb.sh"), str(out / "flex")], timeout=900)
     ct._run([str(ct.REPO / "tools/build-arc-agent.sh"), str(out / "arc")], timeout=900)
     return Debs(_one(out / "flex", "aks-flex-node_*_all.deb"), _one(out / "arc", "azcmagent_*_all.deb"))
-
-
-class Repo:
-    """A published repository: `path` (served tree), `keyring`, the .sources stanza."""
-
-    def __init__(self, path, key_dir):
-        self.path = pathlib.Path(path)
-        self.key_dir = pathlib.Path(key_dir)
-        self.keyring = self.path / "aks-flex-node-archive-keyring.gpg"
-
-    def publish(self, *debs):
-        return ct._run([str(ct.REPO / "tools/publish-repo.sh"), "-o", str(self.path), "-k", str(self.key_dir),
-                        *map(str, debs)], timeout=300)
-
-    def sources_text(self, uri):
-        text = (self.path / "aks-flex-node.sources").read_text()
-        return "".join(f"URIs: {uri}\n" if line.startswith("URIs:") else line + "\n"
-                       for line in text.splitlines())
 
 
 @pytest.fixture(scope="session")
@@ -141,8 +140,8 @@ def unrelated_deb(e2e_host, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def mirror(e2e_host, emulator):
-    served = Mirror(ct.runtime_debs(), emulator)
+def mirror(base, emulator):
+    served = Mirror(base.runtime_debs(), emulator)
     yield served
     served.stop()
 

@@ -37,6 +37,7 @@ import pathlib
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import time
 
@@ -76,8 +77,6 @@ class E2EError(Exception):
     pass
 
 
-
-
 def _run(argv, timeout=600, check=True, **kw):
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=kw.pop("env", system_env()),
                           **kw)
@@ -90,24 +89,27 @@ def _run(argv, timeout=600, check=True, **kw):
 # ---- the cached base root ---------------------------------------------------------------
 
 class BaseRoot:
-    """The bootstrapped bookworm tree: .cache/e2e/base-<key>.tar.zst and its unpacked copy.
+    """The bootstrapped bookworm tree: .cache/e2e/base-<key>.tar.zst, its unpacked copy, and
+    the runtime .debs of the same suite (base-<key>-runtime/, see runtime_debs).
 
-    The key is a hash of the suite, the mirror and the package list, so a change of any of
+    The key is a hash of the suite, the mirrors and the package lists, so a change of any of
     them builds a new one (and `make e2e-clean` drops old ones)."""
 
     def __init__(self, cache=CACHE, packages=BASE_PACKAGES):
         self.cache = pathlib.Path(cache)
         self.packages = tuple(packages)
-        key = hashlib.sha256(json.dumps([SUITE, MIRROR, SECURITY_MIRROR, self.packages]).encode()).hexdigest()[:12]
+        key = hashlib.sha256(json.dumps([SUITE, MIRROR, SECURITY_MIRROR, self.packages,
+                                         RUNTIME_PACKAGES]).encode()).hexdigest()[:12]
         self.tarball = self.cache / f"base-{key}.tar.zst"
         self.tree = self.cache / f"base-{key}"
+        self.runtime = self.cache / f"base-{key}-runtime"
         self.stamp = self.tree / ".unpacked"
 
     def ensure(self):
         if self.stamp.exists():
             return self.tree
         self.cache.mkdir(parents=True, exist_ok=True)
-        if not self.tarball.exists():
+        if not self.tarball.exists() or not self._runtime_found():
             self._bootstrap()
         if self.tree.exists():
             shutil.rmtree(self.tree)
@@ -116,28 +118,37 @@ class BaseRoot:
         self.stamp.write_text(str(self.tarball) + "\n")
         return self.tree
 
+    def runtime_debs(self):
+        """{package: .deb} of RUNTIME_PACKAGES as the base's own apt downloaded them: the
+        suite's builds, whatever the host runs (a trixie or Ubuntu host's containerd would
+        not run on bookworm's libc)."""
+        self.ensure()
+        found = self._runtime_found()
+        if not found:
+            raise E2EError(f"no runtime .debs in {self.runtime}: run `make e2e-clean`, then again")
+        return found
+
+    def _runtime_found(self):
+        found = {name: sorted(self.runtime.glob(f"{name}_*.deb")) for name in RUNTIME_PACKAGES}
+        return {name: paths[-1] for name, paths in found.items()} if all(found.values()) else None
+
     def _bootstrap(self):
         partial = self.cache / (self.tarball.name.replace(".tar.zst", ".partial.tar.zst"))
         sources = [f"deb {MIRROR} {SUITE} main", f"deb {MIRROR} {SUITE}-updates main",
                    f"deb {SECURITY_MIRROR} {SUITE}-security main"]
-        # The tests must never reach Debian's archive: the node's only source is the local
-        # repository each test adds, so the archive's sources.list goes.
+        shutil.rmtree(self.runtime, ignore_errors=True)
+        self.runtime.mkdir(parents=True)
+        # The runtime .debs are downloaded (not installed) by the root's own apt and copied
+        # out (mmdebstrap's sync-out). The tests must never reach Debian's archive: the
+        # node's only source is the local repository each test adds, so sources.list goes.
         _run(["mmdebstrap", "--mode=root", "--variant=apt", "--include=" + ",".join(self.packages),
-              "--customize-hook=rm -f \"$1\"/etc/apt/sources.list",
+              "--customize-hook=mkdir \"$1\"/tmp/runtime-debs && chroot \"$1\" sh -c "
+              "'cd /tmp/runtime-debs && apt-get -q download " + " ".join(RUNTIME_PACKAGES) + "'",
+              f"--customize-hook=sync-out /tmp/runtime-debs {self.runtime}",
+              "--customize-hook=rm -rf \"$1\"/tmp/runtime-debs \"$1\"/etc/apt/sources.list",
               "--customize-hook=echo e2e-node > \"$1\"/etc/hostname",
               SUITE, str(partial), *sources], timeout=1800)
         os.replace(partial, self.tarball)
-
-
-def runtime_debs(cache=CACHE):
-    """Debian's containerd, runc and CNI plugin .debs (apt-get download, kept in the cache)."""
-    directory = pathlib.Path(cache) / "runtime-debs"
-    found = {name: sorted(directory.glob(f"{name}_*.deb")) for name in RUNTIME_PACKAGES}
-    if all(found.values()):
-        return {name: paths[-1] for name, paths in found.items()}
-    directory.mkdir(parents=True, exist_ok=True)
-    _run(["apt-get", "download", *RUNTIME_PACKAGES], cwd=str(directory), timeout=600)
-    return runtime_debs(cache)
 
 
 # ---- the host's kernel -------------------------------------------------------------------
@@ -195,6 +206,12 @@ def mounts_under(path):
     return out
 
 
+def port_in_use(port, host="127.0.0.1"):
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, port)) == 0
+
+
 def pid_alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -209,6 +226,15 @@ def children(pid):
             return [int(p) for p in f.read().split()]
     except OSError:
         return []
+
+
+def nsenter_argv(leader, argv, env=None):
+    """The host argv that runs `argv` in the container whose systemd is `leader`, as root
+    with a clean environment (`env` added)."""
+    base_env = {"PATH": SYSPATH, "LANG": "C.UTF-8", "HOME": "/root", "TERM": "dumb"}
+    base_env.update(env or {})
+    return ["nsenter", "-t", str(leader), "-a", "--", "/usr/bin/env", "-i",
+            *(f"{k}={v}" for k, v in base_env.items()), *argv]
 
 
 class Container:
@@ -348,11 +374,7 @@ class Container:
     # -- inside ---------------------------------------------------------------------------
 
     def command(self, argv, env=None):
-        """The host argv that runs `argv` inside, with a clean environment."""
-        base_env = {"PATH": SYSPATH, "LANG": "C.UTF-8", "HOME": "/root", "TERM": "dumb"}
-        base_env.update(env or {})
-        return ["nsenter", "-t", str(self.leader), "-a", "--", "/usr/bin/env", "-i",
-                *(f"{k}={v}" for k, v in base_env.items()), *argv]
+        return nsenter_argv(self.leader, argv, env)
 
     def run(self, argv, check=True, timeout=300, input=None, env=None):
         """Run argv (a list, or a string for sh -c) in the container; a CompletedProcess."""
@@ -408,27 +430,61 @@ class Container:
         return out
 
 
+def _recorded_pid(run_dir, name, comms):
+    """The pid in run_dir/name when it is alive and still one of `comms` (pids get reused)."""
+    try:
+        pid = int((pathlib.Path(run_dir) / name).read_text())
+        comm = pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return pid if comm in comms and pid_alive(pid) else None
+
+
+def power_off_recorded(run_dir, timeout=STOP_TIMEOUT):
+    """Power off the container that run_dir records, booted by another process (`make demo`),
+    and wait for its systemd-nspawn to exit. True when it did (or nothing was running)."""
+    leader = _recorded_pid(run_dir, "leader.pid", ("systemd",))
+    nspawn = _recorded_pid(run_dir, "nspawn.pid", ("systemd-nspawn",))
+    if leader:
+        _run(["nsenter", "-t", str(leader), "-a", "--", "systemctl", "poweroff", "--no-block"], check=False,
+             timeout=30)
+    deadline = time.monotonic() + timeout
+    while nspawn and pid_alive(nspawn) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not (nspawn and pid_alive(nspawn))
+
+
+def clean_run_dir(run_dir):
+    """End what a run directory records: its nspawn and systemd (SIGKILL, by pid, only when
+    still those programs), its mounts, its directory; put the host's sysctls back.
+    Returns what was done."""
+    run_dir = pathlib.Path(run_dir)
+    report = []
+    for name, comms in (("leader.pid", ("systemd",)), ("nspawn.pid", ("systemd-nspawn",))):
+        pid = _recorded_pid(run_dir, name, comms)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            report.append(f"killed {comms[0]} {pid}")
+    if report:
+        time.sleep(0.5)
+    for mount_point in sorted(mounts_under(run_dir), key=len, reverse=True):
+        _run(["umount", "-l", mount_point], check=False)
+        report.append(f"unmounted {mount_point}")
+    with contextlib.suppress(OSError, ValueError):
+        restore_sysctls(json.loads((run_dir / "sysctls.json").read_text()))
+    if mounts_under(run_dir):
+        # Never remove through a mount: the bind mounts are host directories.
+        raise E2EError(f"still mounted under {run_dir}: {mounts_under(run_dir)}")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    report.append(f"removed {run_dir}")
+    return report
+
+
 def clean_leftovers(run_base):
-    """End what killed test runs left under run_base: the nspawn processes they recorded
-    (by pid, only when it is still a systemd-nspawn), their mounts, their directories."""
+    """clean_run_dir for every run directory under run_base: what killed test runs left."""
     run_base = pathlib.Path(run_base)
     report = []
-    if not run_base.exists():
-        return report
-    for run_dir in sorted(p for p in run_base.iterdir() if p.is_dir()):
-        for name in ("leader.pid", "nspawn.pid"):
-            with contextlib.suppress(OSError, ValueError):
-                pid = int((run_dir / name).read_text())
-                comm = pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
-                if comm in ("systemd-nspawn", "systemd") and pid_alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                    report.append(f"killed {comm} {pid}")
-        time.sleep(0.5)
-        for mount_point in sorted(mounts_under(run_dir), key=len, reverse=True):
-            _run(["umount", "-l", mount_point], check=False)
-            report.append(f"unmounted {mount_point}")
-        with contextlib.suppress(OSError, ValueError):
-            restore_sysctls(json.loads((run_dir / "sysctls.json").read_text()))
-        shutil.rmtree(run_dir, ignore_errors=True)
-        report.append(f"removed {run_dir}")
+    if run_base.exists():
+        for run_dir in sorted(p for p in run_base.iterdir() if p.is_dir()):
+            report += clean_run_dir(run_dir)
     return report

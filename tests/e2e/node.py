@@ -228,7 +228,7 @@ def wait_for_state(node, wanted=("succeeded",), timeout=180, interval=2):
     status = {}
     while time.monotonic() < deadline:
         status = node.status()
-        if status.get("state") in wanted and not node.c.read("/var/lib/aks-flex-node/join-pending"):
+        if status.get("state") in wanted and node.c.read("/var/lib/aks-flex-node/join-pending") is None:
             return status
         time.sleep(interval)
     raise AssertionError(f"the node's state is still {status.get('state')!r} after {timeout} s, not one of "

@@ -3,6 +3,7 @@ joined node converged, does nothing on a node that wants no join, and stops clea
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,12 +43,19 @@ def test_agent_completes_a_pending_join_once_azure_answers(node):
     node.emu.faults([{"match": {"server": "entra"}, "respond": {"status": 503}}])
     agent = start_agent(node, "--interval", "1")
     try:
-        assert wait_for(lambda: status(node).get("state") == "failed", 120), status(node)
+        assert wait_for(lambda: status(node).get("state") == "pending", 120), status(node)
         assert os.path.exists(node.path(PENDING))
+        # A failed attempt of a pending join is not the end: `status --wait` keeps waiting.
+        waited = node.cli("status", "--wait", "--timeout", "1")
+        assert waited.returncode == 75, waited.stderr
+        assert "the join is still pending after 1 s; " in waited.stderr
+        shown = node.cli("status")
+        assert "the join is pending: aks-flex-node-agent retries it" in shown.stdout
         node.emu.clear_faults()
         assert wait_for(lambda: status(node).get("state") == "succeeded", 120), \
             (status(node), agent.poll())
         assert not os.path.exists(node.path(PENDING)), "a successful join clears the pending mark"
+        assert node.cli("status", "--wait", "--timeout", "5").returncode == 0
         assert len(node.emu.state()["machines"]) == 1
         # Local passes converge the host without reading ARM (throttling: azure-wire.md §5.1).
         arm_reads = len(node.emu.requests(server="arm"))
@@ -65,6 +73,12 @@ def test_agent_completes_a_pending_join_once_azure_answers(node):
         out, err = agent.communicate(timeout=60)
     assert agent.returncode == 0, err
     assert "retrying" in err
+    # The service's journal (INFO by default) says what each pass changed and why: the
+    # join, then the kubelet started again by a local pass.
+    assert re.search(r"INFO .*arc: connect to Azure Arc as ", err), err
+    assert len(re.findall(r"INFO .*services: start kubelet \(it is not running\)", err)) >= 2, err
+    assert len(re.findall(r"INFO .*: joined aks-one as flex-node-1", err)) == 1, err
+    assert re.search(r"INFO .*: local pass: repaired services", err), err
 
 
 def test_agent_does_nothing_when_no_join_is_wanted(node):

@@ -1,0 +1,377 @@
+"""`make demo`: the package's main job, end to end, on this machine and nothing beyond loopback.
+
+    python3 -m tests.e2e.demo up     [--dir demo-root] [--repo build/repo]
+    python3 -m tests.e2e.demo shell  [--dir demo-root] [CMD...]   a root shell (or CMD) on the node
+    python3 -m tests.e2e.demo azure  [--dir demo-root]            what Azure (the emulator) holds now
+    python3 -m tests.e2e.demo down   [--dir demo-root]            power off, stop, remove everything
+
+`up` starts the Azure emulator and the artifact mirror in a background process of their own
+(`serve`), boots a bookworm machine with systemd-nspawn (the e2e tests' cached root and
+harness: tests/e2e/container.py), points its apt at the signed repository `make repo`
+published, preseeds the debconf answers, runs `apt-get install aks-flex-node` with its
+output on the terminal (the join, phase by phase, comes from the postinst), and shows the
+node from inside (systemd, `aks-flex-node status`) and from Azure's side. Then it leaves
+the node and the services running to look around, and says how to end them: `down`.
+
+Everything lives under --dir: services.json and services.log (the background process),
+emulator/ (its state), node/ (the container's overlay and pid files).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import shutil
+import sys
+import time
+import types
+
+from aks_flex_node.operations import PENDING_MARKER
+from tests.e2e import container as ct
+from tests.e2e import node as n
+from tests.e2e.repository import Repo
+from tests.emulator import constants as C
+
+DEFAULT_DIR = ct.REPO / "demo-root"
+DEFAULT_REPO = ct.REPO / "build" / "repo"
+MACHINE_NAME = "demo-node-1"
+HOSTNAME = "demo-node"
+SERVICES_TIMEOUT = 120
+UNITS = ("himdsd", "containerd", "kubelet", "aks-flex-node-agent")
+ROLE_NAMES = {C.ROLE_READER: "Reader", C.ROLE_AKS_RBAC_CLUSTER_ADMIN: "Azure Kubernetes Service RBAC Cluster Admin",
+              C.ROLE_AKS_CLUSTER_ADMIN: "Azure Kubernetes Service Cluster Admin Role",
+              C.ROLE_AKS_FLEX_NODE_AGENT: "AKS Flex Node Agent"}
+
+
+class DemoError(Exception):
+    pass
+
+
+def banner(text):
+    print(f"\n\033[1m== {text}\033[0m" if sys.stdout.isatty() else f"\n== {text}", flush=True)
+
+
+def say(text=""):
+    print(text, flush=True)
+
+
+# ---- the services: the emulator and the artifact mirror, in a process of their own ----------
+
+def serve(directory):
+    """Run the emulator and the mirror until SIGTERM; write their endpoints to services.json.
+
+    The emulator is this process's child with --exit-with-parent: it ends with us, however
+    we end. The mirror serves Debian's containerd, runc and CNI plugins (from the cached
+    base root's suite) and the emulator's stand-in kubelet."""
+    from tests.e2e.mirror import Mirror
+    from tests.emulator_fixtures import start_emulator
+
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(True))
+    base = ct.BaseRoot()
+    debs = base.runtime_debs()
+    emulator = start_emulator(directory / "emulator")
+    mirror = Mirror(debs, emulator)
+    try:
+        info = {"pid": os.getpid(), "emulator": emulator.endpoints,
+                "mirror": {"url": mirror.url, "versions": mirror.versions}}
+        partial = directory / "services.json.partial"
+        partial.write_text(json.dumps(info, indent=2) + "\n")
+        os.replace(partial, directory / "services.json")
+        while not stop:
+            time.sleep(0.25)
+            if emulator.process.poll() is not None:
+                print(f"the emulator exited {emulator.process.returncode}", file=sys.stderr)
+                return 1
+    finally:
+        mirror.stop()
+        emulator.stop()
+    return 0
+
+
+def start_services(directory):
+    """serve() in the background (its own session: it outlives `up`); its endpoints."""
+    from tests.emulator_fixtures import Emulator
+
+    log = open(directory / "services.log", "ab")
+    env = ct.system_env(PYTHONPATH=str(ct.REPO))
+    process = subprocess.Popen([sys.executable, "-m", "tests.e2e.demo", "serve", "--dir", str(directory)],
+                               cwd=str(ct.REPO), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                               start_new_session=True)
+    log.close()
+    (directory / "services.pid").write_text(f"{process.pid}\n")
+    info_path = directory / "services.json"
+    deadline = time.monotonic() + SERVICES_TIMEOUT
+    while not info_path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            tail = (directory / "services.log").read_text(errors="replace")[-3000:]
+            raise DemoError(f"the emulator and mirror did not start (see {directory}/services.log):\n{tail}")
+        time.sleep(0.2)
+    info = json.loads(info_path.read_text())
+    emulator = Emulator(info["emulator"], process, directory / "emulator")
+    mirror = types.SimpleNamespace(url=info["mirror"]["url"], versions=info["mirror"]["versions"])
+    return emulator, mirror
+
+
+def attach_services(directory):
+    """The running services' client objects, from services.json; None when none run."""
+    from tests.emulator_fixtures import Emulator
+
+    pid = _services_pid(directory)
+    if pid is None:
+        return None
+    info = json.loads((directory / "services.json").read_text())
+    return Emulator(info["emulator"], None, directory / "emulator")
+
+
+def _services_pid(directory):
+    """The pid of our serve process when it still runs (pids are reused: check its argv)."""
+    try:
+        pid = int((directory / "services.pid").read_text())
+        argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return pid if b"tests.e2e.demo" in argv and b"serve" in argv and ct.pid_alive(pid) else None
+
+
+def stop_services(directory, timeout=20):
+    pid = _services_pid(directory)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while ct.pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if ct.pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+# ---- up --------------------------------------------------------------------------------
+
+def _leader(directory):
+    try:
+        pid = int((directory / "node" / "leader.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if ct.pid_alive(pid) else None
+
+
+def up(directory, repo_dir):
+    repo = Repo(repo_dir).check_published()
+    down(directory, quiet=True)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    banner("Azure, emulated on loopback: ARM, Entra ID, HIMDS, the cluster's API server, the artifacts")
+    base = ct.BaseRoot()
+    if not base.stamp.exists():
+        say(f"first run: building the bookworm root the node boots from ({base.tarball.name}, "
+            f"mmdebstrap, a few minutes; cached in {base.cache})")
+    base.ensure()
+    emulator, mirror = start_services(directory)
+    say(f"ARM          {emulator.arm}\nEntra ID     {emulator.authority}\nAPI server   {emulator.apiserver}\n"
+        f"artifacts    {mirror.url}  (containerd {mirror.versions['containerd']}, runc {mirror.versions['runc']}, "
+        f"CNI {mirror.versions['cni']}: Debian's builds; the kubelet is a stand-in)\n"
+        f"cluster      {C.CLUSTER_ID}")
+
+    banner("a bookworm machine, booted with systemd-nspawn (it shares this host's loopback)")
+    box = ct.Container(base.tree, directory / "node", name="aks-flex-demo", hostname=HOSTNAME,
+                       binds=[(repo.path, n.REPO_MOUNT, True),
+                              (emulator.himds_key_dir, n.UPSTREAM_KEYS_MOUNT, False)])
+    box.start()
+    say(f"systemd is pid {box.leader} on this host; {box.run(['systemctl', 'is-system-running']).stdout.strip()}")
+    node = n.Node(box, emulator)
+
+    banner(f"its APT source: the signed repository in {repo.path}")
+    node.add_repository(repo)
+    say(f"{n.SOURCES}:\n" + _indent(box.read(n.SOURCES).decode()))
+    node.configure_arc_agent()
+
+    banner("what the operator writes first: the endpoints (not asked by debconf), then the preseed")
+    node.write_config(n.endpoint_settings(emulator, mirror))
+    say(f"{n.CONF} (0600):\n" + _indent(box.read(n.CONF).decode()))
+    answers = n.preseed_answers(machine_name=MACHINE_NAME)
+    node.preseed(answers)
+    say("debconf-set-selections < preseed (the secret goes on stdin, never on a command line):")
+    say(_indent("".join(f"aks-flex-node aks-flex-node/{q} {t} {'********' if t == 'password' else v}\n"
+                        for q, (t, v) in answers.items())))
+
+    banner("apt-get install aks-flex-node (unattended; the postinst joins, phase by phase)")
+    say("$ DEBIAN_FRONTEND=noninteractive apt-get install -y aks-flex-node")
+    rc = subprocess.run(box.command(["apt-get", *n.APT_OPTS, "install", "aks-flex-node"], n.APT_ENV),
+                        env=ct.system_env()).returncode
+    if rc != 0:
+        raise DemoError(f"apt-get install exited {rc}")
+
+    if box.read(PENDING_MARKER) is not None:
+        banner("the join is left to the agent service (dpkg configured the Arc agent after us): its journal")
+        follow_agent(node)
+    status = node.status()
+    if status.get("state") != "succeeded":
+        raise DemoError(f"the node's state is {status.get('state')!r}:\n{json.dumps(status, indent=2)}\n"
+                        f"{node.journals(('aks-flex-node-agent', 'kubelet'))}")
+
+    banner("the node, from inside")
+    for unit in UNITS:
+        say(f"  {unit:<20} {box.is_enabled(unit):<9} {box.is_active(unit)}")
+    say("$ aks-flex-node status")
+    say(_indent(box.run(["aks-flex-node", "status"], check=False).stdout))
+
+    banner("the node, from Azure's side")
+    wait_ready(emulator)
+    show_azure(emulator)
+
+    banner("look around")
+    say(f"""  make demo-shell                                    a root shell on the node (nsenter)
+  make demo-shell CMD='aks-flex-node status --json'  one command on it
+  make demo-azure                                    what Azure (the emulator) holds now
+  on the node, for instance:
+    systemctl status kubelet containerd aks-flex-node-agent himdsd
+    journalctl -u aks-flex-node-agent      what the agent changed, and why
+    cat /var/lib/aks-flex-node/status.json  the status contract
+    cat /var/lib/kubelet/kubeconfig         an exec credential plugin, no secret
+    aks-flex-node token | head -c 300       the kubelet's credential, from HIMDS
+    ctr version                             Debian's containerd, running
+    dpkg-reconfigure aks-flex-node          re-ask and rejoin
+    apt-get remove aks-flex-node            unjoin (then: make demo-azure)
+    apt-get purge aks-flex-node             nothing of ours left
+clean up: make demo-clean   (powers the node off, stops the emulator, removes {_shown(directory)})""")
+    return 0
+
+
+def follow_agent(node, timeout=300):
+    """Show the agent's journal (what it changes, and why) until its join is over."""
+    journal = subprocess.Popen(node.c.command(["journalctl", "--follow", "--lines=50", "--output=cat",
+                                               "--unit=aks-flex-node-agent"]),
+                               env=ct.system_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = node.status()
+            if status.get("state") in ("succeeded", "failed") and node.c.read(PENDING_MARKER) is None:
+                time.sleep(1)  # the last lines
+                return status
+            time.sleep(1)
+        raise DemoError(f"the agent's join is not over after {timeout} s")
+    finally:
+        os.killpg(journal.pid, signal.SIGTERM)
+        journal.wait()
+
+
+def wait_ready(emulator, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = n.cluster_nodes(emulator).get(MACHINE_NAME)
+        if found and n.is_ready(found):
+            return found
+        time.sleep(1)
+    raise DemoError(f"node {MACHINE_NAME} is not Ready in the cluster after {timeout} s")
+
+
+def show_azure(emulator):
+    state = emulator.state()
+    machines = state["machines"]
+    if not machines:
+        say("  no Arc machine")
+    for machine in machines:
+        say(f"  Arc machine   {machine['id']}\n                identity {machine['principal_id']}")
+        for a in n.machine_role_assignments(emulator, machine["principal_id"]):
+            say(f"  role          {ROLE_NAMES.get(a['role_guid'], a['role_guid'])} on {a['scope'].rsplit('/', 1)[-1]}")
+    for cluster, nodes in state["nodes"].items():
+        for found in nodes:
+            ready = "Ready" if n.is_ready(found) else "NotReady"
+            say(f"  node          {found['metadata']['name']} in {cluster}: {ready}, kubelet "
+                f"{found['status'].get('nodeInfo', {}).get('kubeletVersion', '?')}")
+    if not any(state["nodes"].values()):
+        say("  no node in the cluster")
+
+
+def _indent(text):
+    return "".join(f"    {line}\n" for line in text.rstrip("\n").splitlines())
+
+
+def _shown(path):
+    try:
+        return str(pathlib.Path(path).resolve().relative_to(pathlib.Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# ---- shell, azure, down ---------------------------------------------------------------------
+
+def shell(directory, argv):
+    leader = _leader(directory)
+    if leader is None:
+        raise DemoError(f"no demo node runs (nothing booted under {_shown(directory)}): `make demo` starts one")
+    env = {"TERM": os.environ.get("TERM", "xterm")}
+    return subprocess.run(ct.nsenter_argv(leader, argv or ["/bin/bash", "--login"], env),
+                          env=ct.system_env()).returncode
+
+
+def azure(directory):
+    emulator = attach_services(directory)
+    if emulator is None:
+        raise DemoError(f"the emulator is not running (no services under {_shown(directory)}): `make demo` starts it")
+    show_azure(emulator)
+    return 0
+
+
+def down(directory, quiet=False):
+    """Power the node off (forcibly when it will not), stop the services, remove `directory`."""
+    report = []
+    run_dir = directory / "node"
+    if run_dir.exists():
+        if not ct.power_off_recorded(run_dir):
+            report.append("the node did not power off in time: killed")
+        report += ct.clean_run_dir(run_dir)
+    if stop_services(directory):
+        report.append("stopped the emulator and the mirror")
+    if directory.exists():
+        if ct.mounts_under(directory):
+            raise DemoError(f"still mounted under {directory}: {ct.mounts_under(directory)}; not removing it")
+        shutil.rmtree(directory)
+        report.append(f"removed {_shown(directory)}")
+    if not quiet:
+        say("\n".join(report) or "no demo to clean up")
+    return 0
+
+
+def main(argv=None):
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", type=pathlib.Path, default=DEFAULT_DIR, help="where the demo lives (demo-root)")
+    parser = argparse.ArgumentParser(prog="python3 -m tests.e2e.demo", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_parser = sub.add_parser("up", parents=[common], help="build the node and join it")
+    up_parser.add_argument("--repo", type=pathlib.Path, default=DEFAULT_REPO,
+                           help="the published repository (build/repo)")
+    sub.add_parser("serve", parents=[common], help="(internal) the emulator and the mirror, until SIGTERM")
+    shell_parser = sub.add_parser("shell", parents=[common], help="a root shell on the node, or CMD")
+    shell_parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
+    sub.add_parser("azure", parents=[common], help="what Azure (the emulator) holds now")
+    sub.add_parser("down", parents=[common], help="power off, stop, remove everything")
+    args = parser.parse_args(argv)
+    directory = args.dir.resolve()
+    if args.command != "serve" and os.geteuid() != 0:
+        parser.error("the demo mounts and boots a container: run it as root")
+    try:
+        if args.command == "up":
+            return up(directory, args.repo.resolve())
+        if args.command == "serve":
+            return serve(directory)
+        if args.command == "shell":
+            return shell(directory, args.argv)
+        if args.command == "azure":
+            return azure(directory)
+        return down(directory)
+    except (DemoError, ct.E2EError) as err:
+        print(f"\ndemo: {err}", file=sys.stderr)
+        if args.command == "up":
+            print("demo: what runs is left for a look (make demo-shell); make demo-clean ends it", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""`make demo`, the README's first command: `up` leaves a joined node and the emulator
+running, `shell` and `azure` look at them, `down` leaves nothing behind."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e import container as ct
+from tests.e2e.conftest import HIMDS_PORT
+from tests.emulator import constants as C
+
+pytestmark = pytest.mark.e2e
+
+
+def demo(command, *args, directory, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tests.e2e.demo", command, "--dir", str(directory), *args],
+                          cwd=str(ct.REPO), env=ct.system_env(PYTHONPATH=str(ct.REPO)), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_demo_joins_a_node_leaves_it_running_and_cleans_up(base, repo, tmp_path):
+    directory = tmp_path / "demo-root"
+    try:
+        up = demo("up", "--repo", str(repo.path), directory=directory)
+        assert up.returncode == 0, f"{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
+        # The story it tells: the install from the repository, the node's units, Azure's view.
+        assert "Get:1 file:/srv/aks-flex-node-repo stable/main" in up.stdout
+        for unit in ("himdsd", "containerd", "kubelet", "aks-flex-node-agent"):
+            assert f"  {unit:<20} enabled   active" in up.stdout
+        assert "state: succeeded (bootstrap)" in up.stdout
+        assert "node          demo-node-1 in aks-one: Ready" in up.stdout
+        assert "make demo-clean" in up.stdout
+        # The preseed is shown without its secret.
+        assert "aks-flex-node/sp_client_secret password ********" in up.stdout
+        assert C.SP_CLIENT_SECRET not in up.stdout + up.stderr
+
+        # Still running once `up` has returned: the node keeps heartbeating to the emulator.
+        shell = demo("shell", "aks-flex-node", "status", "--json", directory=directory)
+        assert shell.returncode == 0 and '"state": "succeeded"' in shell.stdout, shell.stderr
+        azure = demo("azure", directory=directory)
+        assert azure.returncode == 0 and "machines/demo-node-1" in azure.stdout, azure.stderr
+        assert ct.port_in_use(HIMDS_PORT)
+    finally:
+        down = demo("down", directory=directory)
+    assert down.returncode == 0, down.stderr
+    assert "removed" in down.stdout
+    assert not directory.exists()
+    assert ct.mounts_under(tmp_path) == []
+    assert not ct.port_in_use(HIMDS_PORT)
+    again = demo("down", directory=directory)
+    assert again.returncode == 0 and "no demo to clean up" in again.stdout
