@@ -54,7 +54,7 @@ clean: demo-clean
 #                  bookworm root (mmdebstrap; its base tarball is cached in build/deb-cache)
 DEB_OUT := build/deb
 DEB_BUILD_DEPS := debhelper dh-python python3-all python3-setuptools po-debconf lintian fakeroot
-DEB_TEST_DEPS := debconf debconf-utils ucf mmdebstrap man-db bash-completion
+DEB_TEST_DEPS := debconf debconf-utils python3-debconf ucf mmdebstrap man-db bash-completion
 
 .PHONY: deb-deps deb lint-deb test-deb
 

@@ -6,9 +6,10 @@ The shell scripts stay thin and call, with /usr/bin/python3:
     python3 -m aks_flex_node.maintscript join ACTION [VERSION]  (postinst, after ucf)
     python3 -m aks_flex_node.maintscript unjoin ACTION          (prerm remove|deconfigure)
 
-render-config and join speak debconf's protocol on the standard input and output they
-inherit from the postinst (which sourced confmodule), so stdout is debconf's: everything
-else this process or its children print goes to stderr (debconf-devel(7)).
+render-config and join speak debconf's protocol (through python3-debconf's client) on the
+standard input and output they inherit from the postinst (which sourced confmodule), so
+stdout is debconf's: everything else this process or its children print goes to stderr
+(debconf-devel(7)).
 
 Paths are node paths under $DPKG_ROOT (dpkg sets it, empty for "/"); the debconf frontend
 and the shell scripts honour it too.
@@ -63,47 +64,52 @@ class DebconfError(FlexNodeError):
 
 
 class Debconf:
-    """A debconf protocol client (debconf_specification, version 2) on two file descriptors."""
+    """debconf's own Python client (python3-debconf: debconf.Debconf, which says VERSION 2
+    and CAPB on attaching) on the channel the postinst inherited, with our errors, one
+    command at a time (progress comes from the runner's worker threads), and no value that
+    would break the line-based protocol."""
 
-    def __init__(self, read_fd, write_fd):
-        self._in = os.fdopen(read_fd, "r", encoding="utf-8", newline="\n")
-        self._out = os.fdopen(write_fd, "w", encoding="utf-8", newline="\n")
-        self._lock = threading.Lock()  # progress comes from the runner's worker threads
+    def __init__(self, read, write):
+        import debconf  # python3-debconf: only the maintainer scripts need it
 
-    def command(self, *words):
-        line = " ".join(words)
-        if "\n" in line:
-            raise DebconfError(f"debconf command {words[0]}: a value cannot span lines")
+        self._errors = debconf.DebconfError
+        self._lock = threading.Lock()
+        try:
+            self._client = debconf.Debconf(read=read, write=write)
+        except (ValueError, debconf.DebconfError) as err:  # no frontend answers
+            raise DebconfError(f"debconf did not answer VERSION 2 on the channel: {err}")
+
+    def _call(self, command, *words):
+        if any("\n" in str(word) for word in words):
+            raise DebconfError(f"debconf {command.upper()}: a value cannot span lines")
         with self._lock:
-            self._out.write(line + "\n")
-            self._out.flush()
-            reply = self._in.readline()
-        if not reply:
-            raise DebconfError(f"debconf closed the channel (after {words[0]})")
-        code, _, text = reply.rstrip("\n").partition(" ")
-        return int(code), text
+            try:
+                return getattr(self._client, command)(*words)
+            except ValueError as err:  # an empty reply: the frontend is gone
+                raise DebconfError(f"debconf closed the channel (after {command.upper()}): {err}")
 
     def get(self, question):
-        code, text = self.command("GET", question)
-        if code != 0:
+        try:
+            return self._call("get", question)
+        except self._errors as err:
+            code, text = (list(err.args) + ["", ""])[:2]
             raise DebconfError(f"debconf GET {question}: {text} (code {code})",
                                remedy="reinstall the package so its templates are loaded")
-        return text
 
     def set(self, question, value):
-        self.command("SET", question, value)
+        self._call("set", question, value)
 
     def fset(self, question, flag, value):
-        self.command("FSET", question, flag, value)
+        self._call("fset", question, flag, value)
 
     def subst(self, question, key, value):
-        self.command("SUBST", question, key, value)
+        self._call("subst", question, key, value)
 
     def progress(self, *words):
         # PROGRESS is debconf's extension (Debconf/ConfModule.pm); failures only cost the bar.
         try:
-            self.command("PROGRESS", *words)
-        except (DebconfError, OSError, ValueError):
+            self._call("progress", *words)
+        except (self._errors, DebconfError, OSError, ValueError):
             log.debug("debconf PROGRESS %s failed", words, exc_info=True)
 
 
@@ -115,7 +121,8 @@ def attach_debconf():
     # confmodule moves the channel's write end to fd 3 and points stdout at stderr
     # (DEBCONF_REDIR); replies always come on stdin.
     write_fd = 3 if os.environ.get("DEBCONF_REDIR") else 1
-    channel = Debconf(os.dup(0), os.dup(write_fd))
+    read = os.fdopen(os.dup(0), "r", encoding="utf-8", newline="\n")
+    write = os.fdopen(os.dup(write_fd), "w", encoding="utf-8", newline="\n")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -123,7 +130,7 @@ def attach_debconf():
     if write_fd == 3:
         os.close(3)
     sys.stdout = sys.stderr
-    return channel
+    return Debconf(read, write)
 
 
 def q(name):

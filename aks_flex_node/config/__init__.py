@@ -56,7 +56,6 @@ from aks_flex_node.config.checks import (
     check_version,
     is_machine_name,
 )
-from aks_flex_node.config.fileformat import open_configobj as _open_configobj  # noqa: F401 (tests)
 from aks_flex_node.config.loader import from_values, load, load_upstream_json
 from aks_flex_node.config.model import (
     ARCHES,

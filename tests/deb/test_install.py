@@ -25,7 +25,7 @@ from tests.deb.conftest import require_tools
 
 SUITE = "bookworm"
 # What the package depends on (so dpkg -i needs no network), and the tools the test uses.
-BASE_PACKAGES = ("python3-azure", "python3-configobj", "python3-yaml", "python3-debian", "ucf",
+BASE_PACKAGES = ("python3-azure", "python3-configobj", "python3-yaml", "python3-debian", "python3-debconf", "ucf",
                  "debconf-utils")
 SECRET = "chroot-s3cr3t"
 CLUSTER = ("/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/aks-rg"

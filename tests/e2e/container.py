@@ -54,7 +54,7 @@ SECURITY_MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_SECURITY_MIRROR", "http://de
 # for preseeding, kmod/procps for modprobe and sysctl, perl for debconf's readline frontend.
 BASE_PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "ca-certificates", "procps", "kmod", "iproute2",
-    "python3", "python3-azure", "python3-configobj", "python3-debian", "python3-yaml",
+    "python3", "python3-azure", "python3-configobj", "python3-debian", "python3-debconf", "python3-yaml",
     "ucf", "debconf-utils", "perl", "libterm-readline-gnu-perl",
 )
 # Debian's containerd, runc and CNI plugins: repacked as release tarballs (tests/e2e/mirror.py)

@@ -13,6 +13,8 @@ def test_install_while_azure_is_unreachable_joins_later_by_itself(boot_node, fre
     fresh_repo.publish(unrelated_deb)
     node = boot_node(fresh_repo)
     emu = node.emulator
+    # The Arc agent first, as docs/preseed.md advises: the postinst then really tries.
+    node.apt_get("install", "azcmagent")
     emu.faults([{"match": {"server": "any"}, "drop": True}])  # every connection cut, unanswered
     try:
         apt = n.install_joined(node, mirror, on_join_failure="retry-in-background")
@@ -20,6 +22,7 @@ def test_install_while_azure_is_unreachable_joins_later_by_itself(boot_node, fre
         assert "the join failed" in apt.stderr and "the join is pending" in apt.stderr, apt.stderr[-5000:]
         assert node.dpkg_status().startswith("install ok installed|")
         assert node.c.read("/var/lib/aks-flex-node/join-pending") is not None
+        assert node.status()["state"] in ("pending", "running")  # failed attempts, retried
         # dpkg is not wedged: nothing half-configured, and another install goes through.
         assert node.c.run(["dpkg", "--audit"]).stdout.strip() == ""
         node.apt_get("install", "e2e-unrelated")

@@ -2,19 +2,17 @@
 unbootstrap finishes locally when Azure is unreachable and lists what is left, and the
 run lock keeps two runs apart."""
 
-import json
 import os
 import subprocess
 import sys
-import time
 
 from tests.emulator import constants as C
 from tests.harness import REPO
 
 
 def kubelet_starts(node):
-    return [argv for argv in node.fake.calls("systemctl")
-            if argv and argv[0] in ("start", "restart") and "kubelet" in " ".join(argv)]
+    return [argv for argv in node.fake.calls("systemctl")  # ["systemctl", verb, unit...]
+            if argv[1:2] in (["start"], ["restart"]) and "kubelet" in " ".join(argv[2:])]
 
 
 def test_mode_drift_is_fixed_with_chmod_and_no_restart(node):
@@ -31,6 +29,7 @@ def test_mode_drift_is_fixed_with_chmod_and_no_restart(node):
     assert os.stat(kubeconfig).st_ino == inode, "a mode drift is fixed by chmod, not a rewrite"
     # The kubelet re-reads its kubeconfig only on restart; a restart is what a changed file needs.
     assert changed["services"] == ["restart kubelet"]
+    assert len(kubelet_starts(node)) == starts + 1
 
 
 def test_a_stopped_kubelet_is_started_without_touching_anything_else(node):

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from aks_flex_node import config
+from aks_flex_node.config.fileformat import open_configobj
 from aks_flex_node.errors import ConfigError
 from tests.unit.test_config import CLUSTER_ID, TENANT, make_root
 
@@ -82,7 +83,7 @@ def test_write_then_load_gives_the_values_back(root):
 def test_sh_reads_every_key_as_configobj_does(root):
     config.write(None, {**ANSWERS, **CHANGED}, root=str(root))
     path = conf_path(root)
-    parsed = config._open_configobj(str(path))
+    parsed = open_configobj(str(path))
     for key in config.keys():
         assert sh_read(path, key) == parsed[config.section_of(key)][key], key
     assert sh_read(path, "tenant_id") == TENANT

@@ -1,11 +1,9 @@
 """The ledger (what we created), the run lock, and the status file."""
 
-import json
 import os
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 
