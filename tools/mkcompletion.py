@@ -106,17 +106,7 @@ def render(parser=None):
 
 
 def main(argv=None):
-    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("--output", help="write here instead of standard output")
-    opts = args.parse_args(argv)
-    text = render()
-    if opts.output:
-        os.makedirs(os.path.dirname(os.path.abspath(opts.output)), exist_ok=True)
-        with open(opts.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return mkman.write_generated(render, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -207,18 +207,23 @@ def render(parser=None):
     return "\n".join(out)
 
 
-def main(argv=None):
-    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_generated(render_text, doc, argv=None):
+    """The command line of a generator (this one, tools/mkcompletion.py): [--output FILE]."""
+    args = argparse.ArgumentParser(description=doc.splitlines()[0])
     args.add_argument("--output", help="write here instead of standard output")
     opts = args.parse_args(argv)
-    page = render()
+    text = render_text()
     if opts.output:
         os.makedirs(os.path.dirname(os.path.abspath(opts.output)), exist_ok=True)
         with open(opts.output, "w", encoding="utf-8") as f:
-            f.write(page)
+            f.write(text)
     else:
-        sys.stdout.write(page)
+        sys.stdout.write(text)
     return 0
+
+
+def main(argv=None):
+    return write_generated(render, __doc__, argv)
 
 
 if __name__ == "__main__":
