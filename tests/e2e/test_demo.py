@@ -26,6 +26,8 @@ def test_demo_joins_a_node_leaves_it_running_and_cleans_up(base, repo, tmp_path)
         assert up.returncode == 0, f"{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
         # The story it tells: the install from the repository, the node's units, Azure's view.
         assert "Get:1 file:/srv/aks-flex-node-repo stable/main" in up.stdout
+        # The Arc agent came first, so the postinst joined, phase by phase (apt's stderr).
+        assert "aks-flex-node: [16/16]" in up.stderr and "aks-flex-node: joined" in up.stderr, up.stderr[-3000:]
         for unit in ("himdsd", "containerd", "kubelet", "aks-flex-node-agent"):
             assert f"  {unit:<20} enabled   active" in up.stdout
         assert "state: succeeded (bootstrap)" in up.stdout
