@@ -1,9 +1,10 @@
 """Helpers shared by the Debian package tests (reading a built .deb, the system env)."""
 
 import os
-import re
 import subprocess
 from pathlib import Path
+
+from debian.deb822 import PkgRelation
 
 REPO = Path(__file__).resolve().parents[2]
 DEBIAN = REPO / "debian"
@@ -49,11 +50,14 @@ class Built:
 
 
 def depends(field_text):
-    """'a (>= 1), b | c' -> {'a': '(>= 1)', 'b | c': ''} keyed by the first alternative too."""
+    """'a (>= 1), b | c' -> {'a': ('(>= 1)', 'a (>= 1)'), 'b': ('', 'b | c')}: each item keyed
+    by its first alternative (with its :arch qualifier), parsed by python-debian."""
     out = {}
-    for item in filter(None, (i.strip() for i in field_text.split(","))):
-        match = re.match(r"^([^\s(|]+)\s*(\([^)]*\))?", item)
-        out[match.group(1)] = (match.group(2) or "", item)
+    for alternatives in PkgRelation.parse_relations(field_text):
+        first = alternatives[0]
+        name = first["name"] + (f":{first['archqual']}" if first.get("archqual") else "")
+        version = f"({first['version'][0]} {first['version'][1]})" if first.get("version") else ""
+        out[name] = (version, PkgRelation.str([alternatives]))
     return out
 
 

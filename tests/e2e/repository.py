@@ -3,6 +3,8 @@ hand it to a node: the served tree, its keyring, the .sources stanza."""
 
 import pathlib
 
+from debian import deb822
+
 from tests.e2e import container as ct
 
 
@@ -30,7 +32,8 @@ class Repo:
         return self
 
     def sources_text(self, uri):
-        """The .sources stanza with its URIs: replaced by `uri` (where the node sees the tree)."""
-        text = self.sources.read_text()
-        return "".join(f"URIs: {uri}\n" if line.startswith("URIs:") else line + "\n"
-                       for line in text.splitlines())
+        """The deb822 .sources stanza with its URIs: replaced by `uri` (where the node sees
+        the tree), through python-debian."""
+        stanza = deb822.Deb822(self.sources.read_text())
+        stanza["URIs"] = uri
+        return stanza.dump()
