@@ -8,16 +8,22 @@ APT_DEPS := python3 python3-azure python3-configobj python3-yaml python3-debian 
             python3-cryptography python3-requests python3-venv python3-pip openssl
 PYTEST_ARGS ?=
 
+# $(call apt_install,PACKAGES): install those of PACKAGES that are not installed yet, from
+# the distribution (apt-get update first, only when something is missing).
+define apt_install
+missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+endef
+
 .PHONY: all deps test test-debian test-pypi demo-library bench clean
 
 all: test
 
 deps:
-	@missing=$$(for p in $(APT_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@$(call apt_install,$(APT_DEPS))
 
 $(VENV)/.stamp: requirements-pypi.txt | deps
 	$(PY) -m venv $(VENV)
@@ -59,11 +65,7 @@ DEB_TEST_DEPS := debconf debconf-utils python3-debconf ucf mmdebstrap man-db bas
 .PHONY: deb-deps deb lint-deb test-deb
 
 deb-deps:
-	@missing=$$(for p in $(DEB_BUILD_DEPS) $(DEB_TEST_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@$(call apt_install,$(DEB_BUILD_DEPS) $(DEB_TEST_DEPS))
 
 deb: deb-deps
 	tools/build-deb.sh $(DEB_OUT)
@@ -87,12 +89,10 @@ test-deb: deb-deps deps
 #                   them, and drops .cache/e2e (the cached base root) and build/repo
 .PHONY: repo e2e-deps e2e e2e-clean
 
+REPO_DEPS := aptly gnupg
+
 repo: deb
-	@missing=$$(for p in aptly gnupg; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@$(call apt_install,$(REPO_DEPS))
 	tools/build-arc-agent.sh build/arc-agent
 	tools/publish-repo.sh -o build/repo $(DEB_OUT)/aks-flex-node_*_all.deb build/arc-agent/azcmagent_*_all.deb
 
@@ -101,11 +101,7 @@ E2E_DEPS := mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper e
             debian-archive-keyring
 
 e2e-deps:
-	@missing=$$(for p in $(E2E_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@$(call apt_install,$(E2E_DEPS))
 
 e2e: repo deps e2e-deps
 	env PATH=$(SYSPATH) AKS_FLEX_NODE_E2E_DEB_DIRS=$(DEB_OUT):build/arc-agent \
@@ -125,7 +121,7 @@ e2e-clean:
 #       from Debian's archive. The tests themselves reach nothing but loopback.
 # The source tree is a copy of the work tree (tracked and unignored files; debian/ out of
 # git) marked as built (debian/files): the .deb is given, so autopkgtest neither builds
-# nor installs dpkg-dev.
+# nor installs dpkg-dev (tests/deb/test_autopkgtest.py's source_tree makes it).
 # The unshare backend maps the testbed's users through /etc/subuid and /etc/subgid: the
 # line root:200000:65536 is added to each when it has no root line (and said so).
 # `make test-deb` runs the same through tests/deb/test_autopkgtest.py.
@@ -135,11 +131,7 @@ AUTOPKGTEST_DEPS := autopkgtest mmdebstrap util-linux uidmap
 .PHONY: autopkgtest autopkgtest-deps
 
 autopkgtest-deps:
-	@missing=$$(for p in $(AUTOPKGTEST_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@$(call apt_install,$(AUTOPKGTEST_DEPS))
 	@for f in /etc/subuid /etc/subgid; do \
 	  if ! grep -qs '^root:' $$f; then \
 	    echo 'root:200000:65536' >> $$f && \
@@ -151,12 +143,9 @@ autopkgtest: deb autopkgtest-deps deps
 	@set -e; \
 	tarball=$$(env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -c \
 	  'from tests.deb.test_install import base_tarball; print(base_tarball())'); \
-	rm -rf $(AUTOPKGTEST_OUT); mkdir -p $(AUTOPKGTEST_OUT)/src/aks-flex-node; \
-	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
-	  git ls-files -z --cached --others --exclude-standard | \
-	    tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C $(AUTOPKGTEST_OUT)/src/aks-flex-node; \
-	else cp -a debian $(AUTOPKGTEST_OUT)/src/aks-flex-node/; fi; \
-	: > $(AUTOPKGTEST_OUT)/src/aks-flex-node/debian/files; \
+	rm -rf $(AUTOPKGTEST_OUT); mkdir -p $(AUTOPKGTEST_OUT)/src; \
+	env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -c \
+	  'import pathlib; from tests.deb.test_autopkgtest import source_tree; source_tree(pathlib.Path("$(AUTOPKGTEST_OUT)/src/aks-flex-node"))'; \
 	set -x; \
 	env PATH=$(SYSPATH) autopkgtest -U -o $(AUTOPKGTEST_OUT)/out $(DEB_OUT)/aks-flex-node_*_all.deb \
 	  $(AUTOPKGTEST_OUT)/src/aks-flex-node/ -- unshare --release bookworm --tarball $$tarball

@@ -43,7 +43,10 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
                 return int(exc.exit_code)
             stop.wait(interval)
             continue
-        if not _join_wanted(host, Ledger):
+        # The agent converges a node whose join is pending (the postinst marks it) or
+        # that is joined; the mark is read once a pass.
+        joining = host.read_bytes(operations.PENDING_MARKER) is not None
+        if not joining and not Ledger(host).joined:
             if not idle:
                 log.info("no join pending and the node is not joined: nothing to watch")
             idle = True
@@ -53,7 +56,6 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
             continue
         idle = False
         full = last_full is None or clock() - last_full >= cloud_interval
-        joining = host.read_bytes(operations.PENDING_MARKER) is not None
         try:
             result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full)
             ok, error = result.ok, result.error
@@ -89,13 +91,3 @@ def _log_pass(result, cfg, joining, full):
         log.info("joined %s as %s; keeping the node converged", cfg.cluster.name, cfg.machine_name)
     elif changed:
         log.info("%s pass: repaired %s", "full" if full else "local", ", ".join(changed))
-
-
-def _join_wanted(host, ledger_cls):
-    """The agent converges a node that is joined, or whose join is pending (postinst marks it)."""
-    from aks_flex_node.operations import PENDING_MARKER
-
-    if host.read_bytes(PENDING_MARKER) is not None:
-        return True
-    ledger = ledger_cls(host)
-    return bool(ledger.joined)

@@ -295,35 +295,19 @@ class DebconfProgress:
         self.channel.progress("INFO", q(template))
 
     def __call__(self, event, result, index, total):
-        name = _phase_name(result)
         if total != self.total:  # the phases are known now (or a new operation began)
             self.stop()
             self.start(total)
         if event == "start":
-            self.info("progress/phase", index=index, total=total, phase=name)
+            self.info("progress/phase", index=index, total=total, phase=result.name)
             return
-        status, message = _phase_field(result, "status"), _phase_field(result, "message")
-        line = f"aks-flex-node: [{index:2d}/{total}] {name:<18} {status} {message}"
+        line = f"aks-flex-node: [{index:2d}/{total}] {result.name:<18} {result.status} {result.message}"
         self.stream.write(line.rstrip() + "\n")
         self.stream.flush()
         self.channel.progress("SET", str(index))
 
     def stop(self):
         self.channel.progress("STOP")
-
-
-def _phase_field(result, field):
-    """A field of what the runner reports: a phase result object, or a dict (unbootstrap)."""
-    value = result.get(field) if isinstance(result, dict) else getattr(result, field, None)
-    return value or ""
-
-
-def _phase_name(result):
-    if isinstance(result, str):
-        return result
-    if isinstance(result, dict):
-        return result.get("name", "?")
-    return getattr(result, "name", "?")
 
 
 def _bounded(function, timeout, what):
@@ -530,7 +514,7 @@ def unjoin(root):
 
     def progress(event, result, index, total):
         if event == "finish":
-            sys.stderr.write(f"aks-flex-node: [{index:2d}/{total}] undo {_phase_name(result)}\n")
+            sys.stderr.write(f"aks-flex-node: [{index:2d}/{total}] undo {result.name}\n")
 
     finished, outcome = _bounded(
         lambda: operations.unbootstrap(cfg, host, keep_cloud_resources=choice == "local",

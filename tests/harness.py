@@ -85,16 +85,20 @@ def write_config(root, emu, wrapper, cluster_id=None, extra=None):
         "exec_plugin_command": wrapper,
     }
     values.update(extra or {})
-    sections = {}
-    from aks_flex_node import config
-
-    for key, value in values.items():
-        sections.setdefault(config.section_of(key), []).append(f"{key} = {value}")
-    text = "".join(f"[{section}]\n" + "\n".join(lines) + "\n\n" for section, lines in sections.items())
     path = os.path.join(root, CONFIG_PATH.lstrip("/"))
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        f.write(text)
+        f.write(render_config(values))
     return path
+
+
+def render_config(values):
+    """A configuration file with `values` in their sections (keys are unique across them)."""
+    from aks_flex_node import config
+
+    sections = {}
+    for key, value in values.items():
+        sections.setdefault(config.section_of(key), []).append(f"{key} = {value}")
+    return "".join(f"[{section}]\n" + "\n".join(lines) + "\n\n" for section, lines in sections.items())
 
 
 class Node:

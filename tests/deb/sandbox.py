@@ -21,6 +21,10 @@ import os
 import subprocess
 from pathlib import Path
 
+from aks_flex_node import config, maintscript
+from aks_flex_node.engine.ledger import LEDGER_PATH, STATE_DIR
+from aks_flex_node.engine.status import STATUS_PATH
+from aks_flex_node.operations import PENDING_MARKER
 from tests.deb import debtools
 
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -55,12 +59,12 @@ Mode: 644
 Filename: /var/cache/debconf/templates.dat
 """
 
-CONF = "/etc/aks-flex-node/aks-flex-node.conf"
-SECRET = "/etc/aks-flex-node/sp-client-secret"
-STATE = "/var/lib/aks-flex-node"
-PENDING = STATE + "/join-pending"
-LEDGER = STATE + "/ledger.json"
-STATUS = STATE + "/status.json"
+CONF = config.DEFAULT_PATH
+SECRET = maintscript.SECRET_PATH
+STATE = STATE_DIR
+PENDING = PENDING_MARKER
+LEDGER = LEDGER_PATH
+STATUS = STATUS_PATH
 
 
 class Sandbox:

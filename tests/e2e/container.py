@@ -206,6 +206,17 @@ def mounts_under(path):
     return out
 
 
+def unmount_all(path):
+    """Unmount everything under path, deepest first (lazily when a plain umount fails).
+    Returns (the mount points unmounted, those still mounted)."""
+    unmounted = []
+    for mount_point in sorted(mounts_under(path), key=len, reverse=True):
+        if _run(["umount", mount_point], check=False).returncode != 0:
+            _run(["umount", "-l", mount_point], check=False)
+        unmounted.append(mount_point)
+    return unmounted, mounts_under(path)
+
+
 def port_in_use(port, host="127.0.0.1"):
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.settimeout(1)
@@ -357,12 +368,9 @@ class Container:
         problems = []
         with contextlib.suppress(Exception):
             self.poweroff()
-        for mount_point in sorted(mounts_under(self.run_dir), key=len, reverse=True):
-            proc = _run(["umount", mount_point], check=False)
-            if proc.returncode != 0:
-                _run(["umount", "-l", mount_point], check=False)
-        if mounts_under(self.run_dir):
-            problems.append(f"still mounted: {mounts_under(self.run_dir)}")
+        _unmounted, left = unmount_all(self.run_dir)
+        if left:
+            problems.append(f"still mounted: {left}")
         else:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         failed = restore_sysctls(self.sysctls)
@@ -467,14 +475,13 @@ def clean_run_dir(run_dir):
             report.append(f"killed {comms[0]} {pid}")
     if report:
         time.sleep(0.5)
-    for mount_point in sorted(mounts_under(run_dir), key=len, reverse=True):
-        _run(["umount", "-l", mount_point], check=False)
-        report.append(f"unmounted {mount_point}")
+    unmounted, left = unmount_all(run_dir)
+    report += [f"unmounted {mount_point}" for mount_point in unmounted]
     with contextlib.suppress(OSError, ValueError):
         restore_sysctls(json.loads((run_dir / "sysctls.json").read_text()))
-    if mounts_under(run_dir):
+    if left:
         # Never remove through a mount: the bind mounts are host directories.
-        raise E2EError(f"still mounted under {run_dir}: {mounts_under(run_dir)}")
+        raise E2EError(f"still mounted under {run_dir}: {left}")
     shutil.rmtree(run_dir, ignore_errors=True)
     report.append(f"removed {run_dir}")
     return report

@@ -29,6 +29,7 @@ import sys
 import time
 import types
 
+from aks_flex_node.azure import roles
 from aks_flex_node.operations import PENDING_MARKER
 from tests.e2e import container as ct
 from tests.e2e import node as n
@@ -41,9 +42,8 @@ MACHINE_NAME = "demo-node-1"
 HOSTNAME = "demo-node"
 SERVICES_TIMEOUT = 120
 UNITS = ("himdsd", "containerd", "kubelet", "aks-flex-node-agent")
-ROLE_NAMES = {C.ROLE_READER: "Reader", C.ROLE_AKS_RBAC_CLUSTER_ADMIN: "Azure Kubernetes Service RBAC Cluster Admin",
-              C.ROLE_AKS_CLUSTER_ADMIN: "Azure Kubernetes Service Cluster Admin Role",
-              C.ROLE_AKS_FLEX_NODE_AGENT: "AKS Flex Node Agent"}
+ROLE_NAMES = {role.guid: role.name for role in (roles.READER, roles.AKS_RBAC_CLUSTER_ADMIN,
+                                                roles.AKS_CLUSTER_ADMIN_ROLE, roles.AKS_FLEX_NODE_AGENT)}
 
 
 class DemoError(Exception):
@@ -339,8 +339,9 @@ def down(directory, quiet=False):
     if stop_services(directory):
         report.append("stopped the emulator and the mirror")
     if directory.exists():
-        if ct.mounts_under(directory):
-            raise DemoError(f"still mounted under {directory}: {ct.mounts_under(directory)}; not removing it")
+        left = ct.mounts_under(directory)
+        if left:
+            raise DemoError(f"still mounted under {directory}: {left}; not removing it")
         shutil.rmtree(directory)
         report.append(f"removed {_shown(directory)}")
     if not quiet:

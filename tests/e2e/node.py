@@ -15,7 +15,8 @@ import shlex
 import subprocess
 import time
 
-from aks_flex_node import config as flex_config
+from aks_flex_node.operations import PENDING_MARKER
+from tests import harness
 from tests.deb import debtools
 from tests.e2e.container import system_env
 from tests.emulator import constants as C
@@ -73,14 +74,6 @@ def endpoint_settings(emulator, mirror):
     }
 
 
-def render_config(values):
-    """A configuration file with `values` in their sections (keys are unique across them)."""
-    sections = {}
-    for key, value in values.items():
-        sections.setdefault(flex_config.section_of(key), []).append(f"{key} = {value}")
-    return "".join(f"[{section}]\n" + "\n".join(lines) + "\n\n" for section, lines in sections.items())
-
-
 class Node:
     def __init__(self, container, emulator):
         self.c = container
@@ -105,7 +98,7 @@ class Node:
             f"HIMDSD_UPSTREAM_KEY_DIR={UPSTREAM_KEYS_MOUNT}\n"), 0o644)
 
     def write_config(self, values):
-        self.c.write(CONF, render_config(values), 0o600)
+        self.c.write(CONF, harness.render_config(values), 0o600)
 
     def preseed(self, answers):
         """debconf-set-selections from stdin: the secret never shows on a command line."""
@@ -228,7 +221,7 @@ def wait_for_state(node, wanted=("succeeded",), timeout=180, interval=2):
     status = {}
     while time.monotonic() < deadline:
         status = node.status()
-        if status.get("state") in wanted and node.c.read("/var/lib/aks-flex-node/join-pending") is None:
+        if status.get("state") in wanted and node.c.read(PENDING_MARKER) is None:
             return status
         time.sleep(interval)
     raise AssertionError(f"the node's state is still {status.get('state')!r} after {timeout} s, not one of "

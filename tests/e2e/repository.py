@@ -18,10 +18,12 @@ class Repo:
         self.keyring = self.path / "aks-flex-node-archive-keyring.gpg"
         self.sources = self.path / "aks-flex-node.sources"
 
-    def publish(self, *debs):
+    def publish(self, *debs, suite=None):
+        """publish-repo.sh DEBS into this repository (suite: its default, stable)."""
         key = ["-k", str(self.key_dir)] if self.key_dir else []
-        return ct._run([str(ct.REPO / "tools/publish-repo.sh"), "-o", str(self.path), *key, *map(str, debs)],
-                       timeout=300)
+        suite_args = ["-s", suite] if suite else []
+        return ct._run([str(ct.REPO / "tools/publish-repo.sh"), "-o", str(self.path), *key, *suite_args,
+                        *map(str, debs)], timeout=300)
 
     def check_published(self):
         """The repository, or an error that says what is missing and how to make it."""

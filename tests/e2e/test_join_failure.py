@@ -4,6 +4,7 @@ service completes the join by itself."""
 
 import pytest
 
+from aks_flex_node.operations import PENDING_MARKER
 from tests.e2e import node as n
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +22,7 @@ def test_install_while_azure_is_unreachable_joins_later_by_itself(boot_node, fre
         assert apt.returncode == 0, apt.stderr[-5000:]
         assert "the join failed" in apt.stderr and "the join is pending" in apt.stderr, apt.stderr[-5000:]
         assert node.dpkg_status().startswith("install ok installed|")
-        assert node.c.read("/var/lib/aks-flex-node/join-pending") is not None
+        assert node.c.read(PENDING_MARKER) is not None
         assert node.status()["state"] in ("pending", "running")  # failed attempts, retried
         # dpkg is not wedged: nothing half-configured, and another install goes through.
         assert node.c.run(["dpkg", "--audit"]).stdout.strip() == ""

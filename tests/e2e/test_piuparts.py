@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from tests.e2e import container as ct
-from tests.e2e.conftest import Repo
+from tests.e2e.repository import Repo
 
 pytestmark = pytest.mark.e2e
 
@@ -23,8 +23,7 @@ def test_piuparts_install_purge_and_upgrade_from_the_repository(base_root, debs,
         pytest.fail("piuparts is missing: `make e2e` installs it")
     # The previous version, in a repository whose suite is the distribution piuparts tests.
     repo = Repo(tmp_path / "repo", tmp_path / "key")
-    ct._run([str(ct.REPO / "tools/publish-repo.sh"), "-o", str(repo.path), "-k", str(repo.key_dir),
-             "-s", "bookworm", str(debs.flex)], timeout=300)
+    repo.publish(debs.flex, suite="bookworm")
     overlay = tmp_path / "chroot"
     for sub in ("upper", "work", "merged"):
         (overlay / sub).mkdir(parents=True)

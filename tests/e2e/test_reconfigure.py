@@ -29,8 +29,7 @@ def assert_moved_to_the_second_cluster(node, first, output):
     assert node.debconf_get("cluster_resource_id") == C.CLUSTER2_ID
     assert node.conf_value("cluster_resource_id") == C.CLUSTER2_ID
     # Left the first cluster: no role assignment there for the first identity, no Node there.
-    scopes = {a["scope"].lower() for a in emu.state()["role_assignments"]
-              if a["principal_id"] == first["principal_id"]}
+    scopes = {a["scope"].lower() for a in n.machine_role_assignments(emu, first["principal_id"])}
     assert C.CLUSTER_ID.lower() not in scopes
     assert n.MACHINE_NAME not in n.cluster_nodes(emu, C.CLUSTER_NAME)
     # Joined the second: the Arc machine's identity holds its roles there, the node is

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from aks_flex_node.operations import PENDING_MARKER
 from tests.e2e import node as n
 
 pytestmark = pytest.mark.e2e
@@ -45,7 +46,7 @@ def test_remove_unjoins_and_keeps_the_configuration(node, mirror, debs):
     assert node.mode("/etc/aks-flex-node/sp-client-secret") == 0o600
     assert node.c.read("/var/lib/aks-flex-node/ledger.json") is None or \
         b'"entries": []' in node.c.read("/var/lib/aks-flex-node/ledger.json")
-    assert node.c.read("/var/lib/aks-flex-node/join-pending") is None
+    assert node.c.read(PENDING_MARKER) is None
 
 
 def test_purge_leaves_nothing_of_ours(node, mirror):

@@ -6,8 +6,14 @@ import os
 import subprocess
 import sys
 
+from aks_flex_node import config
+from tests import harness
 from tests.emulator import constants as C
 from tests.harness import REPO
+
+# What a run that stops before changing the host leaves: its lock, status and marker.
+RUN_RECORDS_ONLY = {"/var/lib/aks-flex-node", "/var/lib/aks-flex-node/lock", "/var/lib/aks-flex-node/status.json",
+                    "/var/lib/aks-flex-node/provision.complete"}
 
 
 def kubelet_starts(node):
@@ -95,9 +101,7 @@ def test_preflight_failure_stops_bootstrap_before_any_change(node):
     proc = node.cli("bootstrap")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "cgroups" in proc.stderr and "--ignore-preflight-errors=cgroups" in proc.stderr
-    assert node.files() - before <= {"/var/lib/aks-flex-node", "/var/lib/aks-flex-node/lock",
-                                     "/var/lib/aks-flex-node/status.json",
-                                     "/var/lib/aks-flex-node/provision.complete"}
+    assert node.files() - before <= RUN_RECORDS_ONLY
     proc, report = node.cli_json("preflight")
     assert proc.returncode == 3
     assert {c["name"]: c["status"] for c in report["checks"]}["cgroups"] == "error"
@@ -107,18 +111,14 @@ def test_preflight_failure_stops_bootstrap_before_any_change(node):
 
 def test_joined_elsewhere_is_refused(node):
     node.cli("bootstrap", check=True)
-    path = node.path("/etc/aks-flex-node/aks-flex-node.conf")
-    with open(path) as f:
-        text = f.read()
-    with open(path, "w") as f:
-        f.write(text.replace(C.CLUSTER_ID, C.CLUSTER2_ID))
+    config.write(None, {"cluster_resource_id": C.CLUSTER2_ID}, root=node.root)
     proc = node.cli("bootstrap")
     assert proc.returncode == 3
     assert "joined-elsewhere" in proc.stderr and "unbootstrap" in proc.stderr
 
 
 def test_a_wrong_secret_is_an_auth_error_before_any_host_change(node):
-    with open(node.path("/etc/aks-flex-node/sp-client-secret"), "w") as f:
+    with open(node.path(harness.SECRET_PATH), "w") as f:
         f.write("not-the-secret\n")
     before = node.files()
     proc = node.cli("bootstrap")
@@ -126,20 +126,14 @@ def test_a_wrong_secret_is_an_auth_error_before_any_host_change(node):
     assert "AADSTS7000215" in proc.stderr and "sp_client_secret_file" in proc.stderr
     assert "not-the-secret" not in proc.stdout + proc.stderr
     changed = node.files() - before
-    assert changed <= {"/var/lib/aks-flex-node", "/var/lib/aks-flex-node/lock",
-                       "/var/lib/aks-flex-node/status.json",
-                       "/var/lib/aks-flex-node/provision.complete"}, changed
+    assert changed <= RUN_RECORDS_ONLY, changed
 
 
 def test_missing_permission_is_an_auth_error(node):
     # The reader principal may read the cluster but not assign roles.
-    with open(node.path("/etc/aks-flex-node/sp-client-secret"), "w") as f:
+    with open(node.path(harness.SECRET_PATH), "w") as f:
         f.write(C.READER_SP_CLIENT_SECRET + "\n")
-    path = node.path("/etc/aks-flex-node/aks-flex-node.conf")
-    with open(path) as f:
-        text = f.read()
-    with open(path, "w") as f:
-        f.write(text.replace(C.SP_CLIENT_ID, C.READER_SP_CLIENT_ID))
+    config.write(None, {"sp_client_id": C.READER_SP_CLIENT_ID}, root=node.root)
     proc = node.cli("bootstrap")
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "roleAssignments/write" in proc.stderr or "Owner" in proc.stderr
