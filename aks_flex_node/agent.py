@@ -6,7 +6,8 @@ nothing (and restarts nothing). Every `interval` seconds a local pass converges 
 every `cloud_interval` seconds, and after any failure, a full pass checks the cloud side too
 (the Arc resource, role assignments, the cluster's version and API server). A failed pass
 is retried with exponential backoff. The upstream agent re-bootstrapped from scratch and
-stopped the kubelet each time (upstream-go-agent.md §1.3, §8). SIGTERM ends the loop between
+stopped the kubelet each time (Azure/AKSFlexNode v0.0.10, commands.go runDaemonLoop and
+pkg/status/collector.go NeedsBootstrap). SIGTERM ends the loop between
 or during waits, and the agent exits 0 (upstream exits 1).
 """
 
@@ -23,8 +24,7 @@ MAX_BACKOFF = 600.0
 
 def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=1800.0,
         clock=time.monotonic):
-    from aks_flex_node import operations
-    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node import lifecycle, operations
 
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -45,8 +45,8 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
             continue
         # The agent converges a node whose join is pending (the postinst marks it) or
         # that is joined; the mark is read once a pass.
-        joining = host.read_bytes(operations.PENDING_MARKER) is not None
-        if not joining and not Ledger(host).joined:
+        joining = lifecycle.is_pending(host)
+        if not joining and not lifecycle.joined(host)[0]:
             if not idle:
                 log.info("no join pending and the node is not joined: nothing to watch")
             idle = True

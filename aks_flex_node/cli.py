@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from aks_flex_node import __version__
+from aks_flex_node import __version__, paths
 from aks_flex_node.errors import ExitCode, FlexNodeError, TemporaryError, UsageError
 
 log = logging.getLogger("aks_flex_node")
@@ -36,7 +36,7 @@ def _common(parser):
 
 
 def build_parser():
-    from aks_flex_node.steps.workflow import PHASE_NAMES
+    from aks_flex_node.steps.workflow import PHASE_HELP, PHASE_NAMES
 
     common = _Parser(add_help=False)
     _common(common)
@@ -46,12 +46,13 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
+    phases = "; ".join(f"{name}: {text}" for name, text in PHASE_HELP)
     p = sub.add_parser("bootstrap", parents=[common], help="join this node to the cluster")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     p.add_argument("--sequential", action="store_true",
                    help="run the phases one at a time, in the upstream agent's order")
     p.add_argument("--phase", action="append", default=[], choices=PHASE_NAMES, metavar="PHASE",
-                   help=f"run only this phase (repeatable): {', '.join(PHASE_NAMES)}")
+                   help=f"run only this phase (repeatable). The phases, in order: {phases}")
     p.add_argument("--skip-phase", action="append", default=[], choices=PHASE_NAMES,
                    metavar="PHASE", help="skip this phase (repeatable)")
     p.add_argument("--ignore-preflight-errors", default="", metavar="CHECKS",
@@ -63,6 +64,8 @@ def build_parser():
                        help="take this node out of the cluster and remove what bootstrap made")
     p.add_argument("--keep-cloud-resources", action="store_true",
                    help="clean up locally only; keep the Arc machine, role assignments and Node")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would be removed, and why; change nothing")
     p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS")
 
     p = sub.add_parser("status", parents=[common], help="what the last run did")
@@ -94,7 +97,7 @@ def build_parser():
     ip.add_argument("source", metavar="CONFIG_JSON")
     ip.add_argument("--output", default=None, metavar="PATH",
                     help="where to write (default: the configuration path)")
-    ip.add_argument("--secret-file", default="/etc/aks-flex-node/sp-client-secret",
+    ip.add_argument("--secret-file", default=paths.SECRET,
                     metavar="PATH", help="where the service principal secret goes (0600)")
 
     sub.add_parser("version", parents=[common], help="print the version")
@@ -182,7 +185,9 @@ def cmd_bootstrap(args):
     if json_out:
         _print_json(summary)
     elif args.dry_run:
-        _print_plan(result)
+        _print_plan(summary["phases"])
+        for owed in summary["owed"]:
+            print(f"  owed: {owed['kind']} {owed['unit']} ({owed['reason']})")
     if result.error is not None:
         error = result.error
         if not isinstance(error, FlexNodeError):
@@ -197,15 +202,15 @@ def cmd_bootstrap(args):
     return int(ExitCode.OK)
 
 
-def _print_plan(result):
-    print("\nplan (dry run, nothing was changed):")
-    for phase in result.phases:
-        if phase.status == "planned":
-            print(f"  {phase.name}:")
-            for change in phase.changes:
+def _print_plan(phases, what="plan"):
+    print(f"\n{what} (dry run, nothing was changed):")
+    for phase in phases:
+        if phase["status"] == "planned":
+            print(f"  {phase['name']}:")
+            for change in phase["changes"]:
                 print(f"    - {change['what']}  ({change['why']})")
-        elif phase.status == "unchanged":
-            print(f"  {phase.name}: no change ({phase.message})")
+        elif phase["status"] == "unchanged":
+            print(f"  {phase['name']}: no change ({phase['message']})")
 
 
 def cmd_unbootstrap(args):
@@ -214,17 +219,19 @@ def cmd_unbootstrap(args):
     cfg = load_config(args)
     host = _make_host(args)
     json_out = getattr(args, "json", False)
-    leftovers, summary = operations.unbootstrap(
-        cfg, host, keep_cloud_resources=args.keep_cloud_resources, lock_wait=args.wait_lock,
-        progress=None if json_out else PhasePrinter())
+    _result, summary = operations.unbootstrap(
+        cfg, host, keep_cloud_resources=args.keep_cloud_resources, dry_run=args.dry_run,
+        lock_wait=args.wait_lock, progress=None if json_out or args.dry_run else PhasePrinter())
     if json_out:
         _print_json(summary)
+    elif args.dry_run:
+        _print_plan(summary["phases"], what="would remove")
     else:
         for item in summary["kept"]:
             print(f"kept: {item}")
-        if leftovers:
+        if summary["leftovers"]:
             print("unbootstrap finished with leftovers to clean up by hand:", file=sys.stderr)
-            for item in leftovers:
+            for item in summary["leftovers"]:
                 print(f"  - {item}", file=sys.stderr)
         else:
             print(f"unbootstrap complete: node {cfg.machine_name} removed")
@@ -235,7 +242,7 @@ def cmd_status(args):
     import time
 
     from aks_flex_node.engine.status import PENDING, StatusFile
-    from aks_flex_node.operations import PENDING_MARKER
+    from aks_flex_node.lifecycle import is_pending
 
     host = _make_host(args)
     status_file = StatusFile(host)
@@ -245,7 +252,7 @@ def cmd_status(args):
         deadline = time.monotonic() + args.timeout
         while not status_file.is_complete() or (status_file.read() or {}).get("state") == PENDING:
             if time.monotonic() >= deadline:
-                if host.read_bytes(PENDING_MARKER) is None:
+                if not is_pending(host):
                     raise TemporaryError(f"no run completed within {args.timeout:.0f} s")
                 last_error = ((status_file.read() or {}).get("error") or {}).get("message")
                 raise TemporaryError(f"the join is still pending after {args.timeout:.0f} s"
@@ -269,7 +276,7 @@ def cmd_status(args):
                 print(f"  {'':<18} - {change['what']}")
         if status.get("error"):
             print(f"error: {status['error'].get('message')}")
-        if host.read_bytes(PENDING_MARKER) is not None:
+        if is_pending(host):
             print("the join is pending: aks-flex-node-agent retries it (journalctl -u aks-flex-node-agent)")
         for item in status.get("leftovers", []):
             print(f"leftover: {item}")

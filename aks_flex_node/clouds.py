@@ -58,7 +58,7 @@ def endpoints(cloud, arm_endpoint="", authority_host="", ca_bundle=None):
     """The endpoints of `cloud`: a named cloud's fixed ones, or for `custom` the given URLs.
 
     A custom cloud's ARM scope is the public ARM application's, which the mgmt SDKs ask
-    for by default whatever their base_url (azure-wire.md §2.1): a private ARM front end
+    for by default whatever their base_url (their credential_scopes default): a private ARM front end
     (the test emulator, a proxying gateway) is reached at its own URL but accepts tokens
     for the ARM application.
     """

@@ -5,7 +5,8 @@ delete it on unbootstrap. A full Kubernetes client would be hundreds of times th
 for two verbs on one resource.
 
 A 403 is its own error type: right after the role assignments are made, the apiserver
-answers 403 until Azure RBAC has propagated (azure-wire.md §5.4), and callers poll on it.
+answers 403 until Azure RBAC has propagated ("up to 10 minutes":
+https://learn.microsoft.com/azure/role-based-access-control/troubleshooting), and callers poll on it.
 """
 
 import json

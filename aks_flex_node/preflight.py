@@ -184,9 +184,9 @@ def check_arm(ctx):
 
 
 def check_himds(ctx):
-    from aks_flex_node.azure import arc
+    from aks_flex_node.host.azcmagent import Azcmagent
 
-    shown = arc.Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
+    shown = Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
     if not shown or str(shown.get("status", "")).lower() != "connected":
         return None  # nothing to reach before the machine is connected
     why = _reachable(ctx.config.himds_endpoint, None, None)
@@ -196,14 +196,14 @@ def check_himds(ctx):
 
 
 def check_cluster_api(ctx):
-    from aks_flex_node.steps.kubelet import KUBECONFIG
-    from aks_flex_node.steps.node import _server_from_kubeconfig
+    from aks_flex_node.errors import FlexNodeError
+    from aks_flex_node.steps.kubelet import CA_PATH, api_server_of
 
     try:
-        server, _ca = _server_from_kubeconfig(ctx, KUBECONFIG)
-    except Exception:
+        server, _ca = api_server_of(ctx.host)
+    except FlexNodeError:
         return None  # not known before the credentials phase; it is checked there
-    ca_file = ctx.host.path("/etc/kubernetes/certs/ca.crt")
+    ca_file = ctx.host.path(CA_PATH)
     why = _reachable(server.rstrip("/") + "/readyz", ca_file if os.path.exists(ca_file) else None,
                      ctx.config.https_proxy or None)
     if why:

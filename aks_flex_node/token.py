@@ -15,13 +15,13 @@ import os
 import sys
 import time
 
+from aks_flex_node import paths
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import ExitCode, FlexNodeError
 from aks_flex_node.host import fs
 
-DEFAULT_CONFIG = "/etc/aks-flex-node/aks-flex-node.conf"
-CACHE_PATH = "/var/lib/aks-flex-node/token-cache.json"
-# client-go compares the expiry with no skew margin (azure-wire.md §4.4): announce the
+# client-go compares the expiry with no skew margin (kubernetes/client-go,
+# plugin/pkg/client/auth/exec/exec.go): announce the
 # token as expiring 5 minutes early, and only reuse a cached one with more than that left.
 EARLY_EXPIRY_SECONDS = 300
 EXEC_API_GROUP = "client.authentication.k8s.io"
@@ -31,10 +31,6 @@ DEFAULT_EXEC_API_VERSION = f"{EXEC_API_GROUP}/v1beta1"
 
 class TokenCommandError(FlexNodeError):
     code = "token"
-
-
-def _root_path(root, path):
-    return os.path.join(root, path.lstrip("/")) if root and root != "/" else path
 
 
 def read_settings(config_path, required):
@@ -80,7 +76,8 @@ def read_settings(config_path, required):
 
 
 def exec_api_version(environ):
-    """The ExecCredential version kubelet asked for in KUBERNETES_EXEC_INFO (azure-wire.md §4.2)."""
+    """The ExecCredential version kubelet asked for in KUBERNETES_EXEC_INFO
+    (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#client-go-credential-plugins)."""
     raw = environ.get("KUBERNETES_EXEC_INFO", "")
     if not raw.strip():
         return DEFAULT_EXEC_API_VERSION
@@ -162,7 +159,7 @@ def _parser():
         description="Print a kubelet ExecCredential with a token from the local Azure Arc HIMDS.",
     )
     parser.add_argument("--root", help="root directory of the node's filesystem (default: $AKS_FLEX_NODE_ROOT or /)")
-    parser.add_argument("--config", help=f"configuration file (default: {DEFAULT_CONFIG} under the root)")
+    parser.add_argument("--config", help=f"configuration file (default: {paths.CONFIG} under the root)")
     return parser
 
 
@@ -170,10 +167,11 @@ def get_token(root, config_path=None, now=None):
     """The token to hand out: the cached one while it lasts, else a new one from HIMDS.
     The configuration is read only for a new token: a cache hit costs no configobj import."""
     now = int(time.time()) if now is None else now
-    cache = TokenCache(_root_path(root, CACHE_PATH))
+    node = paths.Paths(root)
+    cache = TokenCache(str(node.real(paths.TOKEN_CACHE)))
     token = cache.load(himds.AKS_RESOURCE, now)
     if token is None:
-        settings = read_settings(config_path or _root_path(root, DEFAULT_CONFIG),
+        settings = read_settings(config_path or str(node.real(paths.CONFIG)),
                                  required=config_path is not None)
         token = himds.get_token(
             settings["himds_endpoint"],

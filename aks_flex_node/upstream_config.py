@@ -1,7 +1,7 @@
 """Converting the upstream Go agent's config.json (Azure/AKSFlexNode v0.0.x) into our keys.
 
-The schema is upstream-go-agent.md §2 (v0.0.10, plus the later node.taints and
-node.kubelet.nodeIP). The result is plain text values by key, for config.write() (by
+The schema is upstream's pkg/config/structs.go and pkg/config/config.go (v0.0.10, plus the
+later node.taints and node.kubelet.nodeIP). The result is plain text values by key, for config.write() (by
 `aks-flex-node config import`) or config.from_values() (`--config config.json`); their
 meaning is checked there. This module only maps, and reports what it cannot map: every
 problem at once in a ConfigError, every ignored key in a warning that names it.
@@ -25,7 +25,7 @@ from aks_flex_node.errors import ConfigError, ConfigProblem
 
 REDACTED = "***"
 MISSING = "(missing)"
-# A Go fmt verb, as in upstream's kubernetes.urlTemplate (upstream-go-agent.md §2).
+# A Go fmt verb, as in upstream's kubernetes.urlTemplate (pkg/config/config.go).
 _GO_TEMPLATE_VERB = re.compile(r"%(\[\d+\])?[a-zA-Z%]")
 
 # Keys we read nowhere, with why; anything else unknown gets a generic warning.
@@ -221,7 +221,7 @@ def _arc(c):
         name = name.lower()
     c.set("machine_name", name)
     c.set("arc_resource_group", c.text("azure.arc.resourceGroup"))
-    # Upstream's Arc location defaults to targetCluster.location (§2); ours to the
+    # Upstream's Arc location defaults to targetCluster.location (config.go); ours to the
     # cluster's actual region, so keep the file's choice either way.
     arc_location, cluster_location = c.text("azure.arc.location"), c.text("azure.targetCluster.location")
     c.set("arc_location", arc_location or cluster_location)
@@ -232,7 +232,7 @@ def _cluster(c):
     target = c.get("azure.targetCluster", dict)
     resource_id = c.text("azure.targetCluster.resourceId")
     if not resource_id:
-        # Upstream dereferences targetCluster without a nil check and panics (§2).
+        # Upstream dereferences targetCluster without a nil check and panics (config.go Validate).
         c.problem("azure.targetCluster.resourceId", MISSING if target is None else "",
                   "the AKS cluster's resource ID: /subscriptions/<uuid>/resourceGroups/<group>/providers/"
                   "Microsoft.ContainerService/managedClusters/<name>")

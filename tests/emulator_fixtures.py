@@ -162,7 +162,9 @@ class Emulator:
 
     def credential_kwargs(self):
         """Keyword arguments for azure-identity credentials pointed at the emulator, for the
-        installed azure-identity (the instance-discovery keyword differs: azure-wire.md appendix)."""
+        installed azure-identity (the instance-discovery keyword differs: Debian 12's 1.13.0b2 takes
+        instance_discovery=False, later releases disable_instance_discovery=True; see
+        azure/identity/_internal/msal_credentials.py in each release)."""
         import azure.identity
 
         kwargs = {"authority": self.authority, "connection_verify": self.ca_bundle}

@@ -78,7 +78,7 @@ else
 		mkdir -p "$keydir"
 		chmod 0700 "$keydir"
 		mkdir -m 0700 "$GNUPGHOME"
-		# ed25519, signing only, no passphrase (a CI key; debian-packaging.md §6.4).
+		# ed25519, signing only, no passphrase (a CI key; docs/apt-repository.md#key).
 		gpg --batch --quiet --pinentry-mode loopback --passphrase '' \
 			--quick-gen-key "aks-flex-node test repository <aks-flex-node@lists.example.org>" ed25519 sign 2y
 		echo "publish-repo: made a new signing key in $GNUPGHOME" >&2

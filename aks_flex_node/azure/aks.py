@@ -3,7 +3,9 @@
 Only the *user* credential is ever listed: it carries the server and CA we need, and its
 user part (an exec/AAD entry, no secret) is thrown away. Upstream called
 listClusterAdminCredential on every bootstrap, which needs cluster-admin rights and
-fails on clusters with local accounts disabled (upstream-go-agent.md §8, azure-wire.md §1d).
+fails on clusters with local accounts disabled (Azure/AKSFlexNode v0.0.10,
+pkg/components/kubelet/kubelet_installer.go getClusterCredentials;
+https://learn.microsoft.com/azure/aks/manage-local-accounts-managed-azure-ad).
 """
 
 import base64
@@ -67,7 +69,8 @@ def get_cluster(clients, ref):
 
 
 def _kubeconfig_bytes(value):
-    # The SDK base64-decodes the value into bytes (azure-wire.md §1d); stay tolerant of a
+    # The SDK base64-decodes the value into bytes (CredentialResult.value, `format: byte` in
+    # azure-rest-api-specs' managedClusters.json); stay tolerant of a
     # str, raw or still base64-encoded.
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)

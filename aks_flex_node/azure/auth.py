@@ -3,8 +3,8 @@
 Three ways in (config `auth_method`): a service principal (secret or certificate read from
 a root-only file), the Azure CLI's logged-in account, or a managed identity of the
 machine running the tool. Never an interactive login: this runs from maintainer scripts
-and systemd, where a prompt would hang (upstream-go-agent.md §8, "an interactive az login
-can be triggered from the daemon").
+and systemd, where a prompt would hang (upstream's daemon could start an interactive
+`az login`: Azure/AKSFlexNode v0.0.10, pkg/auth/auth.go EnsureAuthenticated).
 """
 
 import contextlib
@@ -32,11 +32,12 @@ from azure.identity import (
 
 from aks_flex_node.azure.clients import BACKOFF_FACTOR, CONNECTION_TIMEOUT, RETRY_CONNECT, proxies_for
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.paths import real_path
 
 AUTH_METHODS = ("service-principal", "azure-cli", "managed-identity")
 # Authority hosts MSAL knows itself; for any other (Azure Stack, a test emulator) it
 # would first ask the public cloud's instance-discovery endpoint, which fails offline
-# (azure-wire.md §2.2, key finding 4).
+# (AzureAD/microsoft-authentication-library-for-python, msal/authority.py).
 WELL_KNOWN_AUTHORITY_HOSTS = frozenset(
     {
         "login.microsoftonline.com",
@@ -64,12 +65,6 @@ AADSTS_HINTS = {
     "7000112": "the application is disabled in the tenant",
     "50034": "the signed-in account does not exist in the tenant",
 }
-
-
-def _under_root(root, path):
-    if not path:
-        return path
-    return os.path.join(root, path.lstrip("/")) if root and root != "/" else path
 
 
 @dataclass(frozen=True)
@@ -103,14 +98,18 @@ class AuthSettings:
             method=cfg.auth_method,
             tenant_id=cfg.tenant_id,
             client_id=getattr(cfg, "sp_client_id", None) or None,
-            client_secret_file=_under_root(root, secret_file),
-            certificate_file=_under_root(root, getattr(cfg, "sp_certificate_file", None) or None),
+            client_secret_file=_real(root, secret_file),
+            certificate_file=_real(root, getattr(cfg, "sp_certificate_file", None) or None),
             managed_identity_client_id=getattr(cfg, "managed_identity_client_id", None) or None,
             authority=endpoints.authority,
             ca_bundle=endpoints.ca_bundle or None,
             proxies=proxies_for(endpoints.authority, getattr(cfg, "https_proxy", None), getattr(cfg, "no_proxy", None)),
             client_secret=in_memory_secret,
         )
+
+
+def _real(root, node_path):
+    return str(real_path(root, node_path)) if node_path else None
 
 
 def read_secret_file(path, field):
@@ -149,7 +148,7 @@ def _check_cli_config_dir(environ=os.environ):
 
     AzureCliCredential runs `az account get-access-token`, which loads the CLI extensions
     found in AZURE_CONFIG_DIR (default ~/.azure): a user's directory would run that user's
-    code as root (upstream #144, upstream-go-agent.md §7).
+    code as root (the privilege escalation fixed upstream in Azure/AKSFlexNode#144).
     """
     configured = environ.get("AZURE_CONFIG_DIR")
     path = configured or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".azure")
@@ -172,9 +171,10 @@ def _check_cli_config_dir(environ=os.environ):
 def _instance_discovery_off(credential_class):
     """The keyword that turns MSAL's instance discovery off, for this azure-identity.
 
-    1.13.0b2 calls it `instance_discovery=False`, 1.13.0 and later
-    `disable_instance_discovery=True` (azure-wire.md appendix). Unknown keywords are
-    swallowed silently by both, so ask the constructors' signatures which one they know.
+    1.13.0b2 (Debian 12's python3-azure) calls it `instance_discovery=False`; 1.13.0b3
+    renamed it `disable_instance_discovery=True` (azure-identity's CHANGELOG.md). Unknown
+    keywords are swallowed silently by both, so ask the constructors' signatures which one
+    they know.
     """
     for klass in credential_class.__mro__:
         init = klass.__dict__.get("__init__")
@@ -196,7 +196,8 @@ def _authority_kwargs(settings, credential_class):
     if settings.authority:
         parts = urllib.parse.urlsplit(settings.authority)
         if parts.scheme != "https" or not parts.hostname:
-            # azure-identity refuses http:// and misreads "host:port" (azure-wire.md §2.3).
+            # azure-identity refuses http:// and misreads "host:port" (its normalize_authority,
+            # azure/identity/_internal/utils.py).
             raise AuthError(f"authority = {settings.authority!r}: expected an https:// URL")
         kwargs["authority"] = settings.authority
         if parts.hostname.lower() not in WELL_KNOWN_AUTHORITY_HOSTS:

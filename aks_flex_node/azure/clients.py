@@ -3,7 +3,8 @@
 Every client talks to the configured cloud's ARM endpoint (`base_url`), asks for tokens
 for that cloud's ARM scope, trusts the configured CA bundle, and retries the way we want:
 a throttled call waits as long as ARM's Retry-After says, a dead endpoint fails in
-about half a minute instead of azure-core's default ten retries (azure-wire.md §5.2).
+about half a minute instead of azure-core's default ten retries (RetryPolicy,
+azure/core/pipeline/policies/_retry.py in Azure/azure-sdk-for-python).
 """
 
 import threading
@@ -14,7 +15,7 @@ from azure.core.pipeline.policies import RetryPolicy
 
 # Connection failures: 3 attempts of at most CONNECTION_TIMEOUT s, waiting 0 s then
 # BACKOFF_FACTOR s between them (azure-core's backoff is 0 for the first retry, then
-# factor * 2^(n-1), azure-wire.md §5.2): about 3 * 8 + 1 = 25 s for a black hole,
+# factor * 2^(n-1), azure-core's _retry.py): about 3 * 8 + 1 = 25 s for a black hole,
 # well under a second for "connection refused".
 RETRY_TOTAL = 5
 RETRY_CONNECT = 2
@@ -27,8 +28,9 @@ READ_TIMEOUT = 60
 # Upper bound for one call including every retry and Retry-After wait.
 CALL_TIMEOUT = 300
 # LRO polling when the service sends no usable Retry-After: azure-core falls back to the
-# client's polling_interval (default 30 s) even for "Retry-After: 0" (azure-wire.md key
-# finding 7), which would make a machine DELETE take half a minute for nothing.
+# client's polling_interval (default 30 s) even for "Retry-After: 0" (azure-core,
+# azure/core/polling/base_polling.py _extract_delay), which would make a machine DELETE
+# take half a minute for nothing.
 POLLING_INTERVAL = 2
 
 

@@ -1,7 +1,8 @@
 """A token from the Azure Arc HIMDS (Hybrid Instance Metadata Service), stdlib only.
 
 This runs on every kubelet token refresh (through `aks-flex-node token`), so it imports
-nothing heavy. The protocol (azure-wire.md §3.2):
+nothing heavy. The protocol ("Authenticate against Azure resources with Azure Arc-enabled
+servers", https://learn.microsoft.com/azure/azure-arc/servers/managed-identity-authentication):
 
 1. GET {endpoint}?api-version=...&resource=... with `Metadata: true` -> 401 with
    `WWW-Authenticate: Basic realm=<path of a .key file>`;
@@ -10,8 +11,8 @@ nothing heavy. The protocol (azure-wire.md §3.2):
 3. the same GET again with `Authorization: Basic <raw file contents>` -> 200 with IMDS JSON.
 
 We implement it ourselves instead of using azure-identity/MSAL because MSAL hard-codes
-the key directory (azure-wire.md key finding 3) and imports far too much for a plugin
-that kubelet runs every hour.
+the key directory (msal/managed_identity.py, _obtain_token_on_arc) and imports far too
+much for a plugin that kubelet runs every hour.
 """
 
 import ipaddress
@@ -25,18 +26,19 @@ import urllib.request
 from dataclasses import dataclass
 
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.paths import Paths
 
-# azure-wire.md §3.1 documents localhost:40342; we say 127.0.0.1 (as the config default does)
-# so that no /etc/hosts entry and no resolver sits between the kubelet and its token.
+# The Learn page above documents localhost:40342; we say 127.0.0.1 (as the config default
+# does) so that no /etc/hosts entry and no resolver sits between the kubelet and its token.
 DEFAULT_ENDPOINT = "http://127.0.0.1:40342/metadata/identity/oauth2/token"
-DEFAULT_KEY_DIR = "/var/opt/azcmagent/tokens"  # azure-wire.md §3.2
-# MSAL 1.39 sends 2020-06-01; the Learn bash sample and msal-node send 2019-11-01
-# (azure-wire.md §3.2): HIMDS accepts both.
+DEFAULT_KEY_DIR = "/var/opt/azcmagent/tokens"  # on Linux (the Learn page above)
+# MSAL 1.39 sends 2020-06-01; the Learn page's bash sample and msal-node send 2019-11-01:
+# HIMDS accepts both.
 API_VERSION = "2020-06-01"
 # The AKS AAD server application: the audience of tokens the apiserver accepts
-# (azure-wire.md §3.5, "the same in all environments").
+# ("the same in all environments": Azure/kubelogin, docs/book/src/concepts/aks.md).
 AKS_RESOURCE = "6dae42f8-4368-4678-94ff-3960e28e3630"
-MAX_KEY_BYTES = 4096  # azure-wire.md §3.2: MSAL and the legacy azure-identity check
+MAX_KEY_BYTES = 4096  # as MSAL and azure-identity's _validate_key_file check
 KEY_SUFFIX = ".key"
 
 
@@ -130,7 +132,7 @@ def _request(opener, url, headers, timeout):
 
 
 def _realm_path(www_authenticate):
-    """`Basic realm=/var/opt/azcmagent/tokens/<id>.key` -> the path (azure-wire.md §3.2)."""
+    """`Basic realm=/var/opt/azcmagent/tokens/<id>.key` -> the path."""
     scheme_and_realm, sep, value = (www_authenticate or "").partition("=")
     if not sep or scheme_and_realm.strip().lower() != "basic realm":
         raise HimdsError(
@@ -140,21 +142,25 @@ def _realm_path(www_authenticate):
     return value.strip().strip('"')
 
 
-def _under_root(path, root):
-    """Node path -> path on this machine (unchanged when it already lies below root)."""
-    if not root or os.path.abspath(root) == "/":
+def _real(path, root):
+    """Node path -> path on this machine (unchanged when it already lies below root);
+    None for one that is no node path (relative, or with '..')."""
+    node = Paths(root)
+    if node.is_live or path == str(node.root) or path.startswith(f"{node.root}{os.sep}"):
         return path
-    root = os.path.abspath(root)
-    if path == root or path.startswith(root + os.sep):
-        return path
-    return os.path.join(root, path.lstrip("/"))
+    try:
+        return str(node.real(path))
+    except ValueError:
+        return None
 
 
 def resolve_key_dir(key_dir, root=None):
     """The agent key directory on this machine: the node path under `root` when it
     exists there (or when neither exists, for the error message), else as given (a test
     HIMDS keeping its keys outside the root)."""
-    joined = _under_root(key_dir, root)
+    joined = _real(key_dir, root)
+    if joined is None:
+        raise HimdsError(f"himds_key_dir = {key_dir!r}: expected an absolute path without '..'")
     if joined == key_dir or os.path.isdir(joined) or not os.path.isdir(key_dir):
         return joined
     return key_dir
@@ -169,7 +175,7 @@ def read_challenge_key(realm, key_dir, root=None):
     """
     real_dir = os.path.realpath(resolve_key_dir(key_dir, root))
     # The realm as named, or below the root: whichever really is in the key directory.
-    candidates = [os.path.realpath(p) for p in dict.fromkeys((realm, _under_root(realm, root)))]
+    candidates = [os.path.realpath(p) for p in dict.fromkeys((realm, _real(realm, root))) if p is not None]
     inside = [p for p in candidates if os.path.dirname(p) == real_dir]
     if not inside:
         raise HimdsError(
@@ -216,7 +222,9 @@ def _error_detail(body):
 
 
 def parse_token(body, now=None):
-    """IMDS JSON -> Token. IMDS sends numbers as strings (azure-wire.md §3.2)."""
+    """IMDS JSON -> Token. IMDS sends numbers as strings ("expires_in": "3599" in the sample
+    response of "How to use managed identities for Azure resources on an Azure VM to acquire
+    an access token", learn.microsoft.com, how-to-use-vm-token)."""
     try:
         payload = json.loads(body)
     except ValueError:

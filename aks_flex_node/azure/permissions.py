@@ -1,10 +1,11 @@
 """What the operator's identity may do, checked before anything changes.
 
 ARM's permissions API returns the caller's effective actions at a scope
-(azure-wire.md §1e); we evaluate the wildcards ourselves (`*`, `*/read`,
+(Permissions_ListForResource, azure-rest-api-specs' authorization-RoleDefinitionsCalls.json);
+we evaluate the wildcards ourselves (`*`, `*/read`,
 `Microsoft.Authorization/*`), an action being allowed when some block's actions match it
 and that block's notActions do not. Upstream found out mid-way, with a 403 after the Arc
-connect (upstream issue #183: upstream-go-agent.md §7).
+connect (Azure/AKSFlexNode#183).
 """
 
 import fnmatch

@@ -2,7 +2,7 @@
 
 Assignment names are derived from (scope, role, principal), so a re-run PUTs the same
 name and gets 200 instead of piling up duplicates (upstream used a random name per
-attempt: upstream-go-agent.md §3.1 and §8).
+attempt: Azure/AKSFlexNode v0.0.10, pkg/components/arc/arc_installer.go assignRole).
 """
 
 import re
@@ -19,14 +19,15 @@ from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
 # fixed forever, or re-runs stop finding the assignments earlier versions made.
 ASSIGNMENT_NAMESPACE = uuid.UUID("30d76f7c-0f8d-5366-b65b-f2ae55c25b64")
 # A brand-new managed identity may not have replicated to ARM's directory view yet
-# (azure-wire.md §1b, PrincipalNotFound): retry within this bound.
+# (PrincipalNotFound: https://learn.microsoft.com/azure/role-based-access-control/troubleshooting):
+# retry within this bound.
 PRINCIPAL_WAIT = 180
-VISIBLE_WAIT = 600  # "up to 10 minutes" for role assignment changes (azure-wire.md §5.4)
 
 _GUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 _GUID_RE = re.compile(rf"^{_GUID}$")
 _TRAILING_GUID = re.compile(rf"({_GUID})/?$")
-# "The ID of the existing role assignment is <32 hex>." (azure-wire.md §1b)
+# 409 RoleAssignmentExists: "The role assignment already exists. The ID of the existing
+# role assignment is <32 hex>." (its wording in public transcripts; not on Learn)
 _EXISTING_ID = re.compile(r"existing role assignment is ([0-9a-fA-F]{32}|" + _GUID + r")")
 _SUBSCRIPTION = re.compile(r"^/subscriptions/([^/]+)", re.IGNORECASE)
 
@@ -56,13 +57,15 @@ def subscription_of(scope):
 
 def role_guid_of(role_definition_id):
     """The role GUID at the end of a role definition ID, lower case. ARM answers with
-    `/providers/...` or `/subscriptions/...` forms, any case (azure-wire.md §1b)."""
+    `/providers/...` or `/subscriptions/...` forms, any case (see the examples of
+    azure-rest-api-specs' authorization-RoleAssignmentsCalls.json, 2022-04-01)."""
     match = _TRAILING_GUID.search(role_definition_id or "")
     return str(uuid.UUID(match.group(1))) if match else (role_definition_id or "").lower()
 
 
 def role_definition_id(scope, role_guid):
-    # In the cluster's subscription (upstream used azure.subscriptionId: §8).
+    # In the cluster's subscription (upstream used azure.subscriptionId, wrong when the
+    # cluster is in another one: Azure/AKSFlexNode v0.0.10 arc_installer.go assignRole).
     return f"/subscriptions/{subscription_of(scope)}/providers/Microsoft.Authorization/roleDefinitions/{role_guid}"
 
 
@@ -101,7 +104,8 @@ def ensure_assignment(clients, scope, role_guid, principal_id, *, principal_wait
     parameters = client.models().RoleAssignmentCreateParameters(
         role_definition_id=role_definition_id(scope, role_guid),
         principal_id=principal_id,
-        # Skips the directory lookup that fails for a brand-new identity (azure-wire.md §1b).
+        # Skips the directory lookup that fails for a brand-new identity (Troubleshoot Azure
+        # RBAC: "Assigning a role to a new principal sometimes fails").
         principal_type="ServicePrincipal",
     )
     action = f"assigning role {role_guid} to {principal_id} on {scope}"
@@ -170,7 +174,7 @@ def _existing(clients, scope, role_guid, principal_id, message):
 
 def assignments_for(clients, scope, principal_id):
     """Every assignment of `principal_id` at, above or below `scope` (the filter's meaning,
-    azure-wire.md §1b)."""
+    authorization-RoleAssignmentsCalls.json, RoleAssignments_ListForScope $filter)."""
     principal_id = _check_guid(principal_id, "principal_id")
     client = clients.authorization(subscription_of(scope))
     with azure_errors(f"listing role assignments of {principal_id} on {scope}"):
@@ -196,45 +200,7 @@ def delete_assignment(clients, assignment_id):
             if err.status_code == 403:
                 raise _forbidden(assignment_id, "Microsoft.Authorization/roleAssignments/delete") from err
             raise
-    # 200 with the deleted assignment, 204 (None) when there was none (azure-wire.md §1b)
+    # 200 with the deleted assignment, 204 (None) when there was none (RoleAssignments_Delete
+    # in authorization-RoleAssignmentsCalls.json)
     return deleted is not None
 
-
-def role_definition_exists(clients, scope, role_guid):
-    """Does this role definition exist in the scope's subscription (e.g. a newer built-in)?"""
-    role_guid = _check_guid(role_guid, "role definition")
-    subscription = subscription_of(scope)
-    client = clients.authorization(subscription)
-    with azure_errors(f"reading role definition {role_guid}"):
-        try:
-            client.role_definitions.get(f"/subscriptions/{subscription}", role_guid)
-        except ResourceNotFoundError:
-            return False
-        except HttpResponseError as err:
-            if arm_code(err) in ("RoleDefinitionDoesNotExist", "RoleDefinitionNotFound"):
-                return False
-            raise
-    return True
-
-
-def wait_until_visible(clients, scope, principal_id, role_guids, timeout=VISIBLE_WAIT,
-                       first_delay=1.0, max_delay=10.0, clock=time.monotonic, sleep=time.sleep):
-    """Poll until every role in `role_guids` is listed for the principal at `scope`;
-    return those assignments. Bounded by `timeout`; the first check is immediate."""
-    wanted = {_check_guid(g, "role definition") for g in role_guids}
-    deadline = clock() + timeout
-    delay = first_delay
-    while True:
-        found = {a.role_guid: a for a in assignments_for(clients, scope, principal_id) if a.role_guid in wanted}
-        missing = sorted(wanted - set(found))
-        if not missing:
-            return [found[g] for g in sorted(found)]
-        remaining = deadline - clock()
-        if remaining <= 0:
-            raise TemporaryError(
-                f"role assignments for {principal_id} on {scope} not visible after {timeout:g}s; "
-                f"still missing: {', '.join(missing)}",
-                remedy="role assignments can take up to 10 minutes to propagate; run bootstrap again later",
-            )
-        sleep(min(delay, remaining))
-        delay = min(delay * 2, max_delay)

@@ -2,7 +2,7 @@
 
 Every role is granted at the cluster's resource ID; the role definition is referenced in
 the cluster's subscription (upstream built it from the Arc subscription, a bug when the
-two differ: upstream-go-agent.md §8).
+two differ: Azure/AKSFlexNode v0.0.10, pkg/components/arc/arc_installer.go assignRole).
 """
 
 from dataclasses import dataclass
@@ -18,15 +18,16 @@ class Role:
     scope: str = CLUSTER_SCOPE
 
 
-# Built-in role IDs: azure-wire.md §1c (verified against the MicrosoftDocs built-in roles pages).
+# Built-in role IDs: https://learn.microsoft.com/azure/role-based-access-control/built-in-roles
 READER = Role("Reader", "acdd72a7-3385-48ef-bd42-f606fba81ae7")
 AKS_RBAC_CLUSTER_ADMIN = Role("Azure Kubernetes Service RBAC Cluster Admin", "b1ff04bb-8a4e-4dc4-8eb5-8693973ce19b")
 AKS_CLUSTER_ADMIN_ROLE = Role("Azure Kubernetes Service Cluster Admin Role", "0ab0b1a8-8aac-4efd-b8c2-3ee1fb270be8")
-# Upstream #306 (upstream-go-agent.md §7): a dedicated role for flex nodes; not in every cloud yet.
+# Azure/AKSFlexNode#306: a dedicated role for flex nodes; not in every cloud yet.
 AKS_FLEX_NODE_AGENT = Role("Azure Kubernetes Service Flex Node Agent Role", "8f139b0f-7eaf-460b-a9da-5b1246d9ed0d")
 
 PRESETS = {
-    # What upstream v0.0.10 grants (upstream-go-agent.md §3.1): cluster-admin for the kubelet.
+    # What upstream v0.0.10 grants (Azure/AKSFlexNode, pkg/components/arc/arc_base.go
+    # getRoleAssignments): cluster-admin for the kubelet.
     "legacy": (READER, AKS_RBAC_CLUSTER_ADMIN, AKS_CLUSTER_ADMIN_ROLE),
     # Only what a node needs, where the dedicated role exists.
     "minimal": (AKS_FLEX_NODE_AGENT,),

@@ -1,17 +1,17 @@
 """The configuration file /etc/aks-flex-node/aks-flex-node.conf: load, check, write.
 
-Schema first, then meaning (STYLE.md, after cloud-init): configobj's `validate` checks
+Schema first, then meaning (as cloud-init's cloudinit/config/schema.py): configobj's `validate` checks
 every value against the shipped configspec (aks_flex_node/configspec.ini) with the check
 functions of `checks`, then `semantic` checks what needs more than one key or the host
 (auth method, cloud, files named by the config, the hostname default). Every problem is
 collected and raised at once in one ConfigError.
 
 The modules, each with one concern (callers use this package's names only):
-  paths       DEFAULT_PATH; node paths under a root
   values      a typed value as one line of text; redaction of secrets and proxy credentials
   model       Config (the checked configuration), ClusterRef, artifact URLs
   checks      configobj check functions and their patterns, one value at a time
-  spec        the configspec: sections, keys, their order
+  managed_dir the check of a directory aks-flex-node fills and removes (cache_dir)
+  spec        the configspec: sections, keys, their order; the Validator of its types
   fileformat  parsing the file and the one-line rules a value must follow
   semantic    checks across keys and against the host; defaults derived from them
   loader      load(), from_values(), load_upstream_json(): parse, validate, check
@@ -23,7 +23,6 @@ Cheap to import: configobj and the stdlib only, no Azure SDK.
 import sys
 
 from aks_flex_node.config.checks import (
-    CHECKS,
     EVICTION_SIGNALS,
     KUBELET_LABEL_NAMESPACES,
     KUBELET_LABELS,
@@ -57,6 +56,7 @@ from aks_flex_node.config.checks import (
     is_machine_name,
 )
 from aks_flex_node.config.loader import from_values, load, load_upstream_json
+from aks_flex_node.config.managed_dir import check_managed_dir
 from aks_flex_node.config.model import (
     ARCHES,
     ARTIFACTS,
@@ -66,12 +66,12 @@ from aks_flex_node.config.model import (
     Config,
     parse_cluster_id,
 )
-from aks_flex_node.config.paths import DEFAULT_PATH
 from aks_flex_node.config.semantic import MANAGED_LABEL
-from aks_flex_node.config.spec import keys, section_of
+from aks_flex_node.config.spec import CHECKS, keys, section_of
 from aks_flex_node.config.values import REDACTED, redact_url, serialize
 from aks_flex_node.config.writer import render_default, write
 from aks_flex_node.errors import ConfigError, ConfigProblem
+from aks_flex_node.paths import CONFIG as DEFAULT_PATH
 
 __all__ = [
     # reading, writing, the result
@@ -86,7 +86,8 @@ __all__ = [
     "TAINT_EFFECTS",
     "check_abs_path", "check_checksum_template", "check_cidr", "check_command", "check_dns_domain",
     "check_host_list", "check_host_port", "check_image_ref", "check_integer", "check_ip_address",
-    "check_k8s_name", "check_k8s_version", "check_key_value_list", "check_location", "check_option",
+    "check_k8s_name", "check_k8s_version", "check_key_value_list", "check_location", "check_managed_dir",
+    "check_option",
     "check_resource_group", "check_resource_id", "check_taint_list", "check_url", "check_url_template",
     "check_uuid", "check_version",
     "main",

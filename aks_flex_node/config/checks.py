@@ -11,7 +11,7 @@ import re
 import string
 from urllib.parse import urlsplit
 
-from configobj.validate import ValidateError, Validator, is_integer
+from configobj.validate import ValidateError, is_integer
 
 from aks_flex_node.config.model import CLUSTER_ID_EXAMPLE, parse_cluster_id
 
@@ -364,35 +364,4 @@ def check_host_list(value):
             raise Invalid(value, "hosts, .domains, IP addresses or CIDRs separated by commas, "
                                  f"such as localhost,127.0.0.1,.example.com ({entry!r} is not)")
     return entries
-
-
-CHECKS = {
-    "uuid": check_uuid,
-    "option": check_option,
-    "integer": check_integer,
-    "url": check_url,
-    "abs_path": check_abs_path,
-    "command": check_command,
-    "k8s_name": check_k8s_name,
-    "resource_group": check_resource_group,
-    "location": check_location,
-    "resource_id": check_resource_id,
-    "version": check_version,
-    "k8s_version": check_k8s_version,
-    "image_ref": check_image_ref,
-    "url_template": check_url_template,
-    "checksum_template": check_checksum_template,
-    "key_value_list": check_key_value_list,
-    "taint_list": check_taint_list,
-    "ip_address": check_ip_address,
-    "cidr": check_cidr,
-    "dns_domain": check_dns_domain,
-    "host_port": check_host_port,
-    "host_list": check_host_list,
-}
-
-
-def validator():
-    """configobj's Validator with the checks above registered under their configspec names."""
-    return Validator(CHECKS)
 

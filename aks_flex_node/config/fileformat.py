@@ -8,9 +8,12 @@ these rules through take_value().
 """
 
 import difflib
+import os
+from pathlib import Path
 
 import configobj
 
+from aks_flex_node import paths
 from aks_flex_node.config import spec
 from aks_flex_node.config.values import REDACTED, is_secret_key, serialize, shown
 from aks_flex_node.errors import ConfigError, ConfigProblem
@@ -27,6 +30,14 @@ def parse_problem(error):
     }
     expected = kinds.get(type(error).__name__, "key = value, a [section] line, or a # comment line")
     return ConfigProblem(f"line {error.line_number}", error.line.strip(), expected)
+
+
+def locate(path, root):
+    """Where the configuration file is on this filesystem: an absolute `path` is a node
+    path (under `root`, as every path the Host is given); a relative one is taken from the
+    working directory; None is paths.CONFIG."""
+    path = os.fspath(path or paths.CONFIG)
+    return paths.real_path(root, os.path.normpath(path)) if path.startswith("/") else Path(path)
 
 
 def open_configobj(source, **kwargs):

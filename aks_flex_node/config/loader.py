@@ -7,9 +7,10 @@ import stat
 
 import configobj
 
-from aks_flex_node.config import paths, spec
-from aks_flex_node.config.checks import Invalid, validator
-from aks_flex_node.config.fileformat import read_file, take_value
+from aks_flex_node import paths
+from aks_flex_node.config import spec
+from aks_flex_node.config.checks import Invalid
+from aks_flex_node.config.fileformat import locate, read_file, take_value
 from aks_flex_node.config.model import Config
 from aks_flex_node.config.semantic import check_meaning
 from aks_flex_node.config.values import redact_url, shown
@@ -19,19 +20,19 @@ from aks_flex_node.errors import ConfigError, ConfigProblem
 def load(path=None, root="/", overrides=None):
     """Read, check and return the configuration; ConfigError lists every problem.
 
-    `path` (default DEFAULT_PATH), if absolute, is a node path looked up under `root`; a
+    `path` (default paths.CONFIG), if absolute, is a node path looked up under `root`; a
     relative one is taken from the working directory. `overrides`
     (key -> value, e.g. from command-line flags) replace the file's values before the
     checks; a value of None unsets a key. Files the configuration names (secret,
     certificate, CA bundle) are node paths, looked up under `root`.
     """
-    file_path = paths.file_path(path, root)
+    file_path = locate(path, root)
     source = str(file_path)
     if not file_path.exists():
         err = ConfigError([ConfigProblem(
             "config file", source,
             "an existing file: create it with `aks-flex-node config import <config.json>` "
-            f"or by editing {paths.DEFAULT_PATH} (the package ships one with every key)")], source=source)
+            f"or by editing {paths.CONFIG} (the package ships one with every key)")], source=source)
         err.remedy = f"create {source}: aks-flex-node config import <config.json>, or edit the shipped template"
         raise err
     raw, problems = read_file(file_path)
@@ -59,7 +60,7 @@ def load_upstream_json(path, root="/", overrides=None):
     """
     from aks_flex_node import upstream_config
 
-    file_path = paths.file_path(path, root)
+    file_path = locate(path, root)
     values, secrets, warnings = upstream_config.load_file(file_path)
     return from_values(values, root=root, source=str(file_path), overrides=overrides,
                        client_secret=secrets.get("sp_client_secret"), warnings=warnings)
@@ -90,7 +91,7 @@ def _validate(raw, reported, problems):
     document = configobj.ConfigObj(configspec=configspec, list_values=False, interpolation=False)
     for section, section_keys in sections.items():
         document[section] = {k: raw[k] for k in section_keys if raw.get(k)}  # "" = unset
-    results = document.validate(validator(), preserve_errors=True)
+    results = document.validate(spec.validator(), preserve_errors=True)
     failed = set()
     for _section_path, key, error in configobj.flatten_errors(document, results):
         if key is None:

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from aks_flex_node import clouds
-from aks_flex_node.config import paths
 from aks_flex_node.config.values import shown
 from aks_flex_node.errors import ConfigError, ConfigProblem
+from aks_flex_node.paths import Paths
 
 ARTIFACTS = ("kubernetes", "containerd", "runc", "cni")
 ARCHES = ("amd64", "arm64")
@@ -77,13 +77,14 @@ class Config(Mapping):
         self._values = dict(values)
         self.source = source
         self.root = Path(root or "/")
+        self.paths = Paths(self.root)
         self.warnings = list(warnings)
         self._client_secret = client_secret  # only from an upstream config.json, held in memory
         self._cluster = parse_cluster_id(self._values["cluster_resource_id"])
         ca_bundle = self._values.get("ca_bundle") or None
         self._endpoints = clouds.endpoints(
             self._values["cloud"], self._values.get("arm_endpoint", ""), self._values.get("authority_host", ""),
-            str(self.host_path(ca_bundle)) if ca_bundle else None,
+            str(self.paths.real(ca_bundle)) if ca_bundle else None,
         )
 
     # Mapping over the keys, attribute access by key
@@ -117,10 +118,6 @@ class Config(Mapping):
         """CloudEndpoints(name, arm, authority, arm_scope, ca_bundle) of the configured cloud."""
         return self._endpoints
 
-    def host_path(self, node_path):
-        """A path on the node as a Path on this filesystem (joined with the root)."""
-        return paths.host_path(self.root, node_path)
-
     def client_secret(self):
         """The service principal's client secret: the one read from an upstream config.json
         (held in memory), else the content of sp_client_secret_file; None if neither."""
@@ -130,7 +127,7 @@ class Config(Mapping):
         if not node_path:
             return None
         try:
-            secret = self.host_path(node_path).read_text("utf-8").strip()
+            secret = self.paths.real(node_path).read_text("utf-8").strip()
         except (OSError, UnicodeDecodeError) as err:
             expected = f"a readable file holding the client secret ({err.__class__.__name__})"
         else:

@@ -1,7 +1,8 @@
 """Checks of meaning: what needs more than one key, or the host, on the values that
 passed configobj's validate. Each problem is appended to the list given, none raised, so
-the loader reports every one at once (STYLE.md, after cloud-init: schema first, then
-meaning). Defaults derived from other keys or from the host are filled in here.
+the loader reports every one at once (schema first, then meaning, as cloud-init's
+cloudinit/config/schema.py). Defaults derived from other keys or from the host are filled
+in here.
 """
 
 import os
@@ -9,15 +10,15 @@ import re
 import socket
 import stat
 
-from aks_flex_node import clouds
+from aks_flex_node import clouds, paths
 from aks_flex_node.config.checks import MACHINE_NAME_EXPECTED, is_machine_name
 from aks_flex_node.config.model import parse_cluster_id
-from aks_flex_node.config.paths import host_path
 from aks_flex_node.config.values import serialize
 from aks_flex_node.errors import ConfigProblem
 
 # Always on the node: without it the cluster's cloud-controller-manager deletes a node
-# it cannot find among Azure VMs (upstream-go-agent.md §2, node.labels).
+# it cannot find among Azure VMs (unmanaged nodes carry it: kubernetes/kubernetes#67984, in
+# the Kubernetes 1.12 CHANGELOG; upstream forces it too, Azure/AKSFlexNode#46).
 MANAGED_LABEL = "kubernetes.azure.com/managed=false"
 
 
@@ -28,7 +29,8 @@ def check_meaning(values, failed, root, client_secret, problems):
     if ok("cluster_resource_id"):
         cluster = parse_cluster_id(values["cluster_resource_id"])
         # The Arc machine may live in another subscription than the cluster; by default
-        # it goes next to the cluster (upstream-go-agent.md §2: arc.resourceGroup).
+        # it goes next to the cluster (as upstream's azure.arc.resourceGroup default,
+        # Azure/AKSFlexNode v0.0.10 pkg/config/config.go).
         if ok("subscription_id") and not values["subscription_id"]:
             values["subscription_id"] = cluster.subscription_id
         if ok("arc_resource_group") and not values["arc_resource_group"]:
@@ -37,7 +39,7 @@ def check_meaning(values, failed, root, client_secret, problems):
     if ok("machine_name") and not values["machine_name"]:
         hostname = _hostname(root)
         if is_machine_name(hostname.lower()):
-            values["machine_name"] = hostname.lower()  # upstream #184/#189: lowercase default
+            values["machine_name"] = hostname.lower()  # Azure/AKSFlexNode#184, #189: lowercase default
         else:
             failed.add("machine_name")
             problems.append(ConfigProblem(
@@ -64,6 +66,9 @@ def check_meaning(values, failed, root, client_secret, problems):
     if ok("sp_certificate_file") and values["sp_certificate_file"]:
         _check_file("sp_certificate_file", values["sp_certificate_file"], root, problems, private=True,
                     pem=("CERTIFICATE", "PRIVATE KEY"))
+
+    if ok("cache_dir"):
+        _check_cache_dir(values["cache_dir"], root, problems)
 
     if ok("node_labels"):
         labels = values["node_labels"]
@@ -111,10 +116,42 @@ def _check_auth(values, ok, client_secret, problems):
             f"no value with auth_method = {method}: it is used with managed-identity only"))
 
 
+def _check_cache_dir(node_path, root, problems):
+    """An existing cache_dir must be one aks-flex-node made (unbootstrap removes it): the
+    default, or a directory holding our CACHEDIR.TAG. configspec's managed_dir check has
+    refused the system's locations already."""
+    if node_path == paths.DEFAULT_CACHE_DIR:
+        return
+    path = paths.real_path(root, node_path)
+    if not os.path.lexists(path):
+        return  # aks-flex-node creates it, with its tag
+    if not path.is_dir():
+        problems.append(ConfigProblem("cache_dir", node_path, "a directory (it exists and is not one)"))
+        return
+    try:
+        with open(path / paths.CACHE_TAG_NAME, "rb") as handle:
+            tag = handle.read(4096)
+    except OSError:
+        tag = b""
+    if not _is_own_cache_tag(tag):
+        problems.append(ConfigProblem(
+            "cache_dir", node_path,
+            f"a directory aks-flex-node creates itself (unbootstrap removes it): {node_path} exists and "
+            f"has no {paths.CACHE_TAG_NAME} of aks-flex-node's; name a directory that does not exist yet"))
+
+
+def _is_own_cache_tag(data):
+    """A CACHEDIR.TAG (https://bford.info/cachedir/) that aks-flex-node wrote: the
+    specification's signature line, and our name in the comment after it (man-db, for one,
+    tags /var/cache/man with the same signature)."""
+    signature = paths.CACHE_TAG.split(b"\n", 1)[0] + b"\n"
+    return data.startswith(signature) and b"aks-flex-node" in data
+
+
 def _check_file(key, node_path, root, problems, private, pem=()):
     """A file named by the config: there, regular, not empty; a private one readable by its
     owner only and owned by root (or by the user running us); a PEM one with its blocks."""
-    path = host_path(root, node_path)
+    path = paths.real_path(root, node_path)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -154,7 +191,7 @@ def _hostname(root):
     """This host's name: the kernel's, as the kubelet sees it; under another root (tests,
     image builds) that root's /etc/hostname, if it has one."""
     if str(root or "/") != "/":
-        path = host_path(root, "/etc/hostname")
+        path = paths.real_path(root, "/etc/hostname")
         try:
             for line in path.read_text("utf-8").splitlines():
                 line = line.strip()

@@ -1,4 +1,5 @@
-"""The configspec (aks_flex_node/configspec.ini): its sections, keys and their order.
+"""The configspec (aks_flex_node/configspec.ini): its sections, keys and their order, and
+the Validator that checks a value against the type the configspec names for it.
 
 The spec is the one list of keys: the file's layout, the default file and the order in
 which problems are reported all follow it. Keys are unique across sections.
@@ -8,8 +9,43 @@ import functools
 import importlib.resources
 
 import configobj
+from configobj.validate import Validator
 
-from aks_flex_node.config.checks import Invalid, validator
+from aks_flex_node.config import checks
+from aks_flex_node.config.checks import Invalid
+from aks_flex_node.config.managed_dir import check_managed_dir
+
+# The configspec's type names and the functions that check them (`checks`, `managed_dir`).
+CHECKS = {
+    "uuid": checks.check_uuid,
+    "option": checks.check_option,
+    "integer": checks.check_integer,
+    "url": checks.check_url,
+    "abs_path": checks.check_abs_path,
+    "managed_dir": check_managed_dir,
+    "command": checks.check_command,
+    "k8s_name": checks.check_k8s_name,
+    "resource_group": checks.check_resource_group,
+    "location": checks.check_location,
+    "resource_id": checks.check_resource_id,
+    "version": checks.check_version,
+    "k8s_version": checks.check_k8s_version,
+    "image_ref": checks.check_image_ref,
+    "url_template": checks.check_url_template,
+    "checksum_template": checks.check_checksum_template,
+    "key_value_list": checks.check_key_value_list,
+    "taint_list": checks.check_taint_list,
+    "ip_address": checks.check_ip_address,
+    "cidr": checks.check_cidr,
+    "dns_domain": checks.check_dns_domain,
+    "host_port": checks.check_host_port,
+    "host_list": checks.check_host_list,
+}
+
+
+def validator():
+    """configobj's Validator with the checks registered under their configspec names."""
+    return Validator(CHECKS)
 
 
 @functools.lru_cache(maxsize=None)

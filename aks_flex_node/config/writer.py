@@ -4,9 +4,8 @@ write(), which sets keys in a new or existing file atomically (mode 0600).
 
 import configobj
 
-from aks_flex_node.config import paths, spec
-from aks_flex_node.config.checks import validator
-from aks_flex_node.config.fileformat import open_configobj, parse_problem, take_value
+from aks_flex_node.config import spec
+from aks_flex_node.config.fileformat import locate, open_configobj, parse_problem, take_value
 from aks_flex_node.config.values import serialize
 from aks_flex_node.errors import ConfigError
 from aks_flex_node.host import fs
@@ -15,7 +14,7 @@ from aks_flex_node.host import fs
 def render_default():
     """The default configuration file: every key with its comment; required ones empty."""
     configspec = spec.configspec()
-    check_values = validator()
+    check_values = spec.validator()
     lines = list(configspec.initial_comment)
     for section in configspec.sections:
         lines += configspec.comments.get(section, [])
@@ -34,7 +33,7 @@ def write(path, values, root="/"):
     round trip); a new one gets the default file's layout and comments. `path` as for
     load(). Values are checked for shape (known key, one line); load() checks their
     meaning."""
-    file_path = paths.file_path(path, root)
+    file_path = locate(path, root)
     source = str(file_path)
     problems = []
     texts = {}

@@ -1,23 +1,37 @@
-"""The ledger: what aks-flex-node created on this node and in Azure.
+"""The ledger: what aks-flex-node created on this node and in Azure, and what it still owes.
 
 Unbootstrap walks it backwards, so it removes what we created and only that. Each entry is
-{"step", "kind", "id", ...}; kinds: file, dir, unit, module, role_assignment, arc_machine,
-azcmagent_connection, node. `joined` holds what the node is joined to. The file is 0600:
-it names Azure resource IDs and is nobody else's business.
+{"step", "kind", "id", ...}; kinds: file (with a `backup` when it existed before), dir and
+parent_dir (removed only when empty of anything we did not create), state_dir (a service's
+state directory we created: it goes with its content, never across a mount), cache_dir,
+unit, role_assignment, arc_machine, azcmagent_connection, node. `joined` holds what the
+node is joined to and the facts of the last full run.
+
+`owed` holds obligations (engine/step.Obligation): a restart or a unit reload that a change
+calls for. It is written before the change (ubuntu-pro-client records "reboot required"
+the same way) and cleared by the phase that pays it.
+
+The file is 0600: it names Azure resource IDs and is nobody else's business. Every change
+is saved at once, atomically (host.write_file).
 """
 
 import copy
 import json
 import threading
 
-STATE_DIR = "/var/lib/aks-flex-node"
-LEDGER_PATH = STATE_DIR + "/ledger.json"
-BACKUP_DIR = STATE_DIR + "/backup"
+from aks_flex_node import paths
+from aks_flex_node.engine.step import Obligation
+from aks_flex_node.errors import FlexNodeError
+
 FORMAT_VERSION = 1
 
 
+def _empty():
+    return {"version": FORMAT_VERSION, "joined": {}, "entries": [], "owed": []}
+
+
 class Ledger:
-    def __init__(self, host, path=LEDGER_PATH):
+    def __init__(self, host, path=paths.LEDGER):
         self._host = host
         self._path = path
         self._lock = threading.RLock()
@@ -26,14 +40,22 @@ class Ledger:
     def _read(self):
         raw = self._host.read_bytes(self._path)
         if not raw:
-            return {"version": FORMAT_VERSION, "joined": {}, "entries": []}
-        data = json.loads(raw.decode("utf-8"))
-        data.setdefault("joined", {})
-        data.setdefault("entries", [])
+            return _empty()
+        try:
+            data = json.loads(raw.decode("utf-8"))
+            if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
+                raise ValueError("expected a JSON object with an entries list")
+        except ValueError as err:
+            raise FlexNodeError(
+                f"{self._path} is not a ledger aks-flex-node can read ({err})",
+                remedy=f"restore it, or move it aside (mv {self._path} {self._path}.bad) and "
+                "remove what it listed by hand: without it nothing can be undone safely")
+        for key, value in _empty().items():
+            data.setdefault(key, value)
         return data
 
     def _save(self):
-        self._host.ensure_dir(STATE_DIR, 0o700)
+        self._host.ensure_dir(paths.STATE_DIR, 0o700)
         body = json.dumps(self._data, indent=2, sort_keys=True).encode() + b"\n"
         self._host.write_file(self._path, body, 0o600)
 
@@ -65,8 +87,7 @@ class Ledger:
             self._save()
 
     def has(self, kind, id):
-        with self._lock:
-            return any(e["kind"] == kind and e["id"] == id for e in self._data["entries"])
+        return self.get(kind, id) is not None
 
     def get(self, kind, id):
         with self._lock:
@@ -92,6 +113,35 @@ class Ledger:
             if len(self._data["entries"]) != before:
                 self._save()
 
+    # ---- obligations -------------------------------------------------------------------
+
+    def owe(self, obligations):
+        """Write down what a change about to be made owes (saved before returning)."""
+        with self._lock:
+            owed = self._data["owed"]
+            added = False
+            for obligation in obligations:
+                item = obligation.to_dict()
+                if item not in owed:
+                    owed.append(item)
+                    added = True
+            if added:
+                self._save()
+
+    def obligations(self, kind=None, unit=None):
+        with self._lock:
+            return [Obligation(o["kind"], o["unit"], o["reason"]) for o in self._data["owed"]
+                    if (kind is None or o["kind"] == kind) and (unit is None or o["unit"] == unit)]
+
+    def settle(self, kind, unit):
+        """The obligation `kind` of `unit` is paid: forget every reason for it."""
+        with self._lock:
+            before = len(self._data["owed"])
+            self._data["owed"] = [o for o in self._data["owed"]
+                                  if not (o["kind"] == kind and o["unit"] == unit)]
+            if len(self._data["owed"]) != before:
+                self._save()
+
     def empty(self):
         with self._lock:
             return not self._data["entries"] and not self._data["joined"]
@@ -100,4 +150,4 @@ class Ledger:
         """Drop the ledger itself once nothing is left to track."""
         with self._lock:
             self._host.remove(self._path)
-            self._data = {"version": FORMAT_VERSION, "joined": {}, "entries": []}
+            self._data = _empty()

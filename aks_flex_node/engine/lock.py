@@ -6,9 +6,8 @@ import os
 import sys
 import time
 
+from aks_flex_node import paths
 from aks_flex_node.errors import LockHeldError
-
-LOCK_PATH = "/var/lib/aks-flex-node/lock"
 
 
 class RunLock:
@@ -19,8 +18,8 @@ class RunLock:
         self._fd = None
 
     def __enter__(self):
-        self._host.ensure_dir(os.path.dirname(LOCK_PATH), 0o700)
-        path = self._host.path(LOCK_PATH)
+        self._host.ensure_dir(paths.STATE_DIR, 0o700)
+        path = self._host.path(paths.LOCK)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + self._wait
         while True:
@@ -32,7 +31,7 @@ class RunLock:
                     holder = _read_holder(fd)
                     os.close(fd)
                     raise LockHeldError(
-                        f"another aks-flex-node run holds {LOCK_PATH}: {holder}",
+                        f"another aks-flex-node run holds {paths.LOCK}: {holder}",
                         remedy="wait for it to finish (see `aks-flex-node status`), or pass "
                         "--wait-lock SECONDS to wait for it",
                     )

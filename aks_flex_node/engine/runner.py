@@ -6,6 +6,8 @@ declared order (the upstream agent's behaviour, kept for comparison). `dry_run` 
 each selected step reports what it would change and why, nothing is applied. A step that is
 filtered out by --phase/--skip-phase but is needed by a selected one still has its read-only
 `check` run, so the facts it gathers (the machine's identity, the cluster's server) are there.
+A step whose `run_if` says it does not apply (a cloud read in a local pass) is not checked.
+What an action owes (a restart) goes into the ledger before the action runs.
 """
 
 import concurrent.futures
@@ -177,16 +179,23 @@ class Runner:
 
     def _run_step(self, step, facts_only):
         try:
+            not_applicable = step.run_if(self.ctx)
+            if not_applicable:
+                return (FACTS if facts_only else UNCHANGED), [], not_applicable, None
             plan = step.check(self.ctx)
             if facts_only:
                 return FACTS, [], "skipped (not selected); its facts were read", None
             if not plan.actions:
                 return UNCHANGED, [], plan.noop_reason or "nothing to do", None
             if self.dry_run:
+                for action in plan.actions:
+                    self.ctx.planned_obligations.extend(action.owes)
                 return PLANNED, [a.to_dict() for a in plan.actions], "would change", None
             done = []
             for action in plan.actions:
                 log.info("%s: %s (%s)", step.name, action.what, action.why)
+                if action.owes:  # written down before the change that calls for it
+                    self.ctx.ledger.owe(action.owes)
                 if action.run is not None:
                     action.run()
                 done.append(action.to_dict())

@@ -1,7 +1,7 @@
 """status.json: what the last run did, for operators and for `status --wait`.
 
-Modelled on aks-node-controller's contract (seeds/004): the run writes its outcome to a JSON
-file and touches a `provision.complete` marker when it is over, so a waiter polls the marker
+Modelled on aks-node-controller's status contract (Azure/AgentBaker, aks-node-controller/):
+the run writes its outcome to a JSON file and touches a `provision.complete` marker when it is over, so a waiter polls the marker
 and then reads the outcome. The file holds no secret, so it is world-readable (0644).
 """
 
@@ -9,10 +9,8 @@ import datetime
 import json
 import time
 
-from aks_flex_node import __version__
+from aks_flex_node import __version__, paths
 
-STATUS_PATH = "/var/lib/aks-flex-node/status.json"
-COMPLETE_MARKER = "/var/lib/aks-flex-node/provision.complete"
 SCHEMA = 1
 
 # Overall states.
@@ -33,7 +31,7 @@ class StatusFile:
         self._host = host
 
     def read(self):
-        raw = self._host.read_bytes(STATUS_PATH)
+        raw = self._host.read_bytes(paths.STATUS)
         if not raw:
             return None
         try:
@@ -43,9 +41,9 @@ class StatusFile:
 
     def write(self, status):
         status = dict(status, schema=SCHEMA, version=__version__, updated=now_iso())
-        self._host.ensure_dir("/var/lib/aks-flex-node", 0o700)
+        self._host.ensure_dir(paths.STATE_DIR, 0o700)
         body = json.dumps(status, indent=2, sort_keys=True).encode() + b"\n"
-        self._host.write_file(STATUS_PATH, body, 0o644)
+        self._host.write_file(paths.STATUS, body, 0o644)
 
     def update(self, **fields):
         status = self.read() or {}
@@ -53,10 +51,10 @@ class StatusFile:
         self.write(status)
 
     def begin(self):
-        self._host.remove(COMPLETE_MARKER)
+        self._host.remove(paths.COMPLETE_MARKER)
 
     def complete(self):
-        self._host.write_file(COMPLETE_MARKER, now_iso().encode() + b"\n", 0o644)
+        self._host.write_file(paths.COMPLETE_MARKER, now_iso().encode() + b"\n", 0o644)
 
     def is_complete(self):
-        return self._host.read_bytes(COMPLETE_MARKER) is not None
+        return self._host.read_bytes(paths.COMPLETE_MARKER) is not None

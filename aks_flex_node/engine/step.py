@@ -3,8 +3,19 @@
 A step reads the host and the cloud in `check` (read-only: it may be run on its own to
 gather facts, and for --dry-run), and returns a Plan: the actions that would bring the
 node to the wanted state, each with its reason, or none and the reason nothing is needed.
-The runner calls `check` right before it applies, so the plan is never stale. `undo`
-removes what the ledger says the step created; it is best effort and returns leftovers.
+The runner calls `check` right before it applies, so the plan is never stale.
+
+An action may owe something to a later phase: a changed kubelet configuration owes a
+kubelet restart. It says so in `owes`, and the runner writes that obligation to the ledger
+before the action runs (engine/ledger.py), so neither --phase, a crash nor kill -9 can lose
+it; the services phase pays it and clears it. A change nothing reads (a mode, an owner)
+owes nothing.
+
+`run_if` says whether a step applies to this run at all (kubeadm's workflow RunIf): a step
+that only reads Azure does not apply to the agent's local passes.
+
+`plan_undo` is the step's side of unbootstrap: a Plan that removes what the ledger says
+the step created (engine/undo.py walks the phases in reverse order).
 """
 
 import dataclasses
@@ -15,15 +26,44 @@ INSTALL = "install"
 CREDENTIALS = "credentials"
 ACTIVATE = "activate"
 
+# Obligation kinds: reload systemd's view of the unit files, restart a unit.
+RELOAD = "daemon-reload"
+RESTART = "restart"
+LOCAL_PASS = "not asked in a local pass: the last full run's answer holds"
+
+
+@dataclasses.dataclass(frozen=True)
+class Obligation:
+    """Something a change owes to a later phase: `kind` of `unit`, because `reason`."""
+
+    kind: str
+    unit: str
+    reason: str
+
+    def to_dict(self):
+        return {"kind": self.kind, "unit": self.unit, "reason": self.reason}
+
+
+def restart(unit, reason):
+    return Obligation(RESTART, unit, reason)
+
+
+def reload_units(reason):
+    return Obligation(RELOAD, "systemd", reason)
+
 
 @dataclasses.dataclass
 class Action:
     what: str  # what changes, in the operator's words
     why: str  # why it must change
-    run: Optional[Callable[[], None]] = dataclasses.field(default=None, repr=False, compare=False)
+    run: Optional[Callable[[], object]] = dataclasses.field(default=None, repr=False, compare=False)
+    owes: Tuple[Obligation, ...] = ()
 
     def to_dict(self):
-        return {"what": self.what, "why": self.why}
+        out = {"what": self.what, "why": self.why}
+        if self.owes:
+            out["owes"] = [o.to_dict() for o in self.owes]
+        return out
 
 
 @dataclasses.dataclass
@@ -35,32 +75,46 @@ class Plan:
     def changes(self):
         return bool(self.actions)
 
-    def add(self, what, why, run=None):
-        self.actions.append(Action(what, why, run))
+    def add(self, what, why, run=None, owes=()):
+        self.actions.append(Action(what, why, run, tuple(owes)))
 
     def to_dict(self):
         return {"actions": [a.to_dict() for a in self.actions], "noop_reason": self.noop_reason}
 
 
 class Step:
-    """Base of every step; subclasses set the class attributes and override check/undo."""
+    """Base of every step; subclasses set the class attributes and override check/plan_undo."""
 
     name = ""
     help = ""
     branch = INSTALL
+    # Every step this one waits for, declared here and nowhere else.
     needs: Tuple[str, ...] = ()
-    # Cloud steps are skipped by `unbootstrap --keep-cloud-resources`.
+    # Its undo touches Azure or the cluster: skipped by `unbootstrap --keep-cloud-resources`.
     cloud = False
+    # It only reads or changes Azure: the agent's local passes skip it (run_if).
+    full_pass_only = False
     # False for a gate (preflight): when filtered out, the steps after it just go ahead;
     # otherwise its read-only check still runs for the facts the steps after it need.
     gathers_facts = True
 
+    def run_if(self, ctx) -> Optional[str]:
+        """None when the step applies to this run; else why it does not."""
+        if self.full_pass_only and ctx.local_only:
+            return LOCAL_PASS
+        return None
+
     def check(self, ctx) -> Plan:
         raise NotImplementedError
 
-    def undo(self, ctx, entries) -> List[str]:
-        """Remove what `entries` (ledger records of this step) name; return what is left over."""
-        return []
+    def undo_entries(self, ctx):
+        """The ledger records this step's undo takes care of."""
+        return ctx.ledger.entries(step=self.name)
+
+    def plan_undo(self, ctx, entries) -> Plan:
+        """What removing `entries` (ledger records of this step) takes; each action's run
+        returns the leftovers it could not remove (strings), or nothing."""
+        return Plan(noop_reason="nothing of this phase's to remove")
 
     def __repr__(self):
         return f"<step {self.name}>"

@@ -1,5 +1,5 @@
 """Everything that touches the machine: the root prefix, the only subprocess caller,
-atomic file writes, systemd, kernel settings, downloads with checksums, tar installs.
+atomic file writes, mounts, systemd, kernel settings, downloads with checksums, tar reads.
 
 No Azure SDK here (docs/design.md, module table). Names are loaded on first use (PEP 562),
 so `aks-flex-node token` can take `host.fs` without paying for tarfile, ssl and the rest.
@@ -8,11 +8,13 @@ so `aks-flex-node token` can take `host.fs` without paying for tarfile, ssl and 
 import importlib
 
 _WHERE = {
-    "ArchiveError": "archive", "members_under": "archive", "read_members": "archive",
+    "ArchiveError": "archive", "read_members": "archive",
+    "Azcmagent": "azcmagent", "AzcmagentError": "azcmagent",
     "ChecksumMismatch": "download", "DownloadError": "download", "Downloader": "download",
     "DownloadUnavailable": "download",
     "HostFileError": "fs",
     "Kernel": "kernel", "comment_out_swap": "kernel",
+    "Mount": "mounts", "MountinfoError": "mounts",
     "HOST_BIN_ENV": "root", "Host": "root",
     "CommandError": "run", "CommandNotFound": "run", "CommandTimeout": "run", "RunResult": "run",
     "SkippedRun": "run",

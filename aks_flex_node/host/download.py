@@ -1,9 +1,10 @@
 """Downloads into a cache, verified by sha256 (stdlib urllib only).
 
-The upstream agent downloads without any checksum (upstream-go-agent.md §3, "no checksum
-or signature verification"); here every artifact is fetched against a known sha256 and
-kept as `<cache_dir>/<sha256>-<basename>`, so a file whose hash is known is fetched at
-most once and a re-run with a warm cache needs no network at all.
+The upstream agent downloads without any checksum or signature check (a plain GET:
+github.com/Azure/AKSFlexNode, pkg/utils/utilio/download.go at tag v0.0.10); here every
+artifact is fetched against a known sha256 and kept as `<cache_dir>/<sha256>-<basename>`,
+so a file whose hash is known is fetched at most once and a re-run with a warm cache
+needs no network at all.
 """
 
 import hashlib

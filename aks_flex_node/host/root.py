@@ -12,11 +12,13 @@ import os
 import posixpath
 from pathlib import Path, PurePosixPath
 
-from aks_flex_node.host import archive, fs
+from aks_flex_node.host import fs, mounts
 from aks_flex_node.host.download import Downloader
 from aks_flex_node.host.kernel import Kernel
-from aks_flex_node.host.run import SkippedRun, check_argv, display, resolve_executable, run_command
+from aks_flex_node.host.run import (CommandError, SkippedRun, check_argv, display,
+                                    resolve_executable, run_command)
 from aks_flex_node.host.systemd import Systemd
+from aks_flex_node.paths import Paths
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,7 @@ ROOT_ENV = "AKS_FLEX_NODE_ROOT"
 class Host:
     def __init__(self, root="/", env=None):
         self.root = Path(os.path.abspath(os.fspath(root)))
+        self.paths = Paths(self.root)
         # The environment commands inherit (and where proxies and stand-ins are looked up).
         self.env = dict(os.environ if env is None else env)
         self.systemd = Systemd(self)
@@ -40,23 +43,13 @@ class Host:
     @property
     def is_live(self):
         """True when this Host is the running machine itself (root "/")."""
-        return self.root == Path("/")
+        return self.paths.is_live
 
     # ---- paths ---------------------------------------------------------------------
 
     def path(self, p):
         """The real path of node path `p` (absolute, no '..'): root + p."""
-        if not isinstance(p, (str, PurePosixPath)):
-            raise TypeError(f"path = {p!r}: expected an absolute node path as a string")
-        text = str(p)
-        if not text.startswith("/"):
-            raise ValueError(f"path = {text!r}: expected an absolute path such as /etc/...")
-        if ".." in text.split("/"):
-            raise ValueError(f"path = {text!r}: '..' is not allowed (it could leave the root)")
-        if "\0" in text:
-            raise ValueError(f"path = {text!r}: contains a NUL byte")
-        relative = str(PurePosixPath(text)).lstrip("/")
-        return self.root / relative if relative else self.root
+        return self.paths.real(p)
 
     def _writable(self, p):
         """path(p), refusing a node path that a symlink in its parents leads outside
@@ -92,10 +85,40 @@ class Host:
         return fs.ensure_dir(self._writable(path), mode)
 
     def remove(self, path):
-        """Remove a file, symlink or tree; False when it was already gone."""
+        """Remove a file, symlink or empty directory; False when it was already gone.
+        A directory with content raises HostFileError: trees go through remove_tree."""
         if self.path(path) == self.root:
             raise ValueError(f"path = {path!r}: refusing to remove the root")
         return fs.remove(self._writable(path))
+
+    def remove_tree(self, path):
+        """Remove node path `path` with everything below it, never crossing a mount point.
+
+        Returns leftovers, one message each; [] when it is gone (or was never there).
+        What is mounted below is unmounted first; when a mount stays, or `path` is itself
+        a mount point, nothing under it is removed and the messages say what is mounted,
+        for the operator to deal with. kubeadm reset stops the same way rather than
+        delete into an active mount (kubernetes/kubernetes,
+        cmd/kubeadm/app/cmd/phases/reset/unmount_linux.go).
+        """
+        if self.path(path) == self.root:
+            raise ValueError(f"path = {path!r}: refusing to remove the root")
+        real = self._writable(path)
+        if not fs.exists(real):
+            return []
+        node = str(PurePosixPath(path))
+        top = self._as_mounted(path)
+        on_top = [m for m in self.mounts_below(path) if m.point == top]
+        if on_top:
+            return [f"{node} is a mount point ({on_top[-1].fstype} {on_top[-1].source}): "
+                    "not removed"]
+        leftovers = self.unmount_below(path)
+        if leftovers:
+            return leftovers
+        leftovers = fs.remove_tree(real, shown=node)
+        if not leftovers:
+            log.info("removed %s", node)
+        return leftovers
 
     def read_bytes(self, path):
         return fs.read_bytes(self.path(path))
@@ -109,10 +132,6 @@ class Host:
 
     def is_dir(self, path):
         return os.path.isdir(self.path(path))
-
-    def sha256(self, path):
-        """Hex sha256 of the file's content; None when it does not exist."""
-        return fs.file_sha256(self.path(path))
 
     def _owner_ids(self, owner):
         if owner is None:
@@ -142,6 +161,51 @@ class Host:
             if len(fields) >= 3 and fields[0] == group:
                 return int(fields[2])
         raise ValueError(f"owner = {owner!r}: no group {group!r} in {self.path('/etc/group')}")
+
+    # ---- mounts --------------------------------------------------------------------
+
+    def _as_mounted(self, p):
+        """The real path of node path `p` as the mount table spells it: symlinks in its
+        parents resolved (a live /var/run/x is listed as /run/x), `p` itself not followed."""
+        real = self.path(p)
+        if real.parent == real:
+            return str(real)
+        return os.path.join(os.path.realpath(real.parent), real.name)
+
+    def mounts_below(self, path, include_self=True):
+        """The mounts at (when `include_self`) or strictly below node path `path`, from
+        this process's mount table (mounts belong to the running kernel, whatever the root)."""
+        try:
+            table = mounts.read_mounts()
+        except (OSError, mounts.MountinfoError) as e:
+            raise fs.HostFileError(f"cannot read the mount table {mounts.MOUNTINFO}: {e}") from e
+        return mounts.mounts_below(table, self._as_mounted(path), include_self)
+
+    def unmount_below(self, path):
+        """Unmount everything strictly below node path `path`, children before parents;
+        returns one message for each mount still there afterwards ([] when none is)."""
+        top, node = self._as_mounted(path), str(PurePosixPath(path))
+        failures = {}
+
+        def shown(mount):  # the node path of its mount point, for messages
+            return posixpath.normpath(posixpath.join(node, os.path.relpath(mount.point, top)))
+
+        for mount in mounts.unmount_order(self.mounts_below(path, include_self=False)):
+            try:
+                result = self.run_system(["umount", mount.point], timeout=60)
+            except CommandError as e:
+                failures[mount.point] = e.message
+                continue
+            if result.skipped:
+                failures[mount.point] = "umount skipped under a root prefix"
+            else:
+                log.info("unmounted %s", shown(mount))
+        leftovers = []
+        for mount in self.mounts_below(path, include_self=False):
+            why = failures.get(mount.point)
+            leftovers.append(f"{shown(mount)} is still mounted ({mount.fstype} {mount.source})"
+                             + (f": {why}" if why else ""))
+        return leftovers
 
     # ---- commands ------------------------------------------------------------------
 
@@ -191,7 +255,7 @@ class Host:
                 return found
         return resolve_executable(command, self.env.get("PATH", os.defpath))
 
-    # ---- downloads and archives --------------------------------------------------------
+    # ---- downloads -----------------------------------------------------------------
 
     def downloader(self, cache_dir, ca_bundle=None, proxy=None, timeout=60):
         """A Downloader caching under node path `cache_dir`.
@@ -201,9 +265,3 @@ class Host:
         """
         return Downloader(self.path(cache_dir), ca_bundle=ca_bundle, proxy=proxy,
                           timeout=timeout, env=self.env)
-
-    def extract_members(self, archive_path, members, dest_dir, mode=0o755):
-        """Install files out of a tar archive (a real path, e.g. from Downloader.fetch)
-        into node directory `dest_dir`; see archive.install_members."""
-        self.path(dest_dir)  # validate before reading the archive
-        return archive.install_members(self, archive_path, members, dest_dir, mode)

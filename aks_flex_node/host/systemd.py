@@ -48,12 +48,6 @@ class Systemd:
     def daemon_reload(self):
         self._systemctl("daemon-reload")
 
-    def active_state(self, unit):
-        """ActiveState as systemctl prints it: "active", "inactive", "failed",
-        "activating", ...; "unknown" when the query was skipped."""
-        result = self._systemctl("is-active", unit_name(unit), ok_codes=ANY_EXIT_CODE)
-        return result.stdout.strip() or "unknown"
-
     def is_active(self, unit):
         result = self._systemctl("is-active", unit_name(unit), ok_codes=ANY_EXIT_CODE)
         return result.returncode == 0 and not result.skipped
@@ -78,8 +72,3 @@ class Systemd:
 
     def restart(self, unit):
         self._systemctl("restart", unit_name(unit), timeout=START_TIMEOUT)
-
-    def reset_failed(self, unit):
-        # Clears a failed state (and the start rate limit) so a restart is allowed again;
-        # a unit that is not failed or not loaded is not an error worth stopping for.
-        self._systemctl("reset-failed", unit_name(unit), ok_codes=(0, 1, 5))

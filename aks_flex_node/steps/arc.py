@@ -41,11 +41,12 @@ class ArcStep(Step):
 
     def check(self, ctx):
         from aks_flex_node.azure import arc
+        from aks_flex_node.host.azcmagent import Azcmagent
 
         cfg, plan = ctx.config, Plan()
-        agent = arc.Azcmagent(ctx.host, cfg.azcmagent)
+        agent = Azcmagent(ctx.host, cfg.azcmagent)
         shown = agent.show() or {}
-        location = ctx.facts.get("arc_location") or cfg.arc_location
+        location = ctx.data.arc_location or cfg.arc_location
         settings = connect_settings(cfg, location)
         connected = agent.is_connected(settings, shown)
         if not connected and shown.get("status", "").lower() == "connected":
@@ -63,7 +64,7 @@ class ArcStep(Step):
         machine = arc.get_machine(ctx.azure.clients, cfg.subscription_id,
                                   cfg.arc_resource_group, cfg.machine_name)
         if connected and machine and machine.principal_id:
-            ctx.facts.set("principal_id", machine.principal_id)
+            ctx.data.principal_id = machine.principal_id
             plan.noop_reason = f"connected as {machine.id}"
             return plan
         why = ("the local agent is not connected" if not connected
@@ -86,33 +87,33 @@ class ArcStep(Step):
             agent.connect(settings, token)
         machine = arc.wait_for_identity(ctx.azure.clients, cfg.subscription_id,
                                         cfg.arc_resource_group, cfg.machine_name)
-        ctx.facts.set("principal_id", machine.principal_id)
+        ctx.data.principal_id = machine.principal_id
 
-    def undo(self, ctx, entries):
+    def plan_undo(self, ctx, entries):
+        plan = Plan()
+        for entry in entries:
+            if entry["kind"] == "arc_machine":
+                plan.add(f"delete Arc machine {entry['id']}", f"connected by the {self.name} phase",
+                         lambda e=entry: self._delete_machine(ctx, e))
+        for entry in entries:
+            if entry["kind"] == "azcmagent_connection":
+                # The cloud resource is gone (or deliberately kept): only the local agent state.
+                plan.add("disconnect the local Arc agent (local state only)",
+                         f"connected by the {self.name} phase",
+                         lambda e=entry: self._disconnect(ctx, e))
+        return plan
+
+    @staticmethod
+    def _delete_machine(ctx, entry):
         from aks_flex_node.azure import arc
 
-        leftovers = []
-        agent = arc.Azcmagent(ctx.host, ctx.config.azcmagent)
-        for entry in entries:
-            if entry["kind"] != "arc_machine":
-                continue
-            try:
-                arc.delete_machine(ctx.azure.clients, entry["subscription_id"],
-                                   entry["resource_group"], entry["name"])
-                ctx.ledger.forget("arc_machine", entry["id"])
-            except Exception as exc:  # keep going: local cleanup must finish
-                leftovers.append(f"Arc machine {entry['id']}: {_brief(exc)}")
-        for entry in entries:
-            if entry["kind"] != "azcmagent_connection":
-                continue
-            try:
-                # The cloud resource is gone (or deliberately kept): only the local agent state.
-                agent.disconnect()
-                ctx.ledger.forget("azcmagent_connection", entry["id"])
-            except Exception as exc:
-                leftovers.append(f"local Arc agent connection: {_brief(exc)}")
-        return leftovers
+        arc.delete_machine(ctx.azure.clients, entry["subscription_id"], entry["resource_group"],
+                           entry["name"])
+        ctx.ledger.forget("arc_machine", entry["id"])
 
+    @staticmethod
+    def _disconnect(ctx, entry):
+        from aks_flex_node.host.azcmagent import Azcmagent
 
-def _brief(exc):
-    return getattr(exc, "message", None) or str(exc).splitlines()[0]
+        Azcmagent(ctx.host, ctx.config.azcmagent).disconnect()
+        ctx.ledger.forget("azcmagent_connection", entry["id"])

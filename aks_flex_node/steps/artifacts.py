@@ -12,7 +12,7 @@ rename and never truncated under a running process.
 import hashlib
 import platform
 
-from aks_flex_node.engine.step import INSTALL, Plan, Step
+from aks_flex_node.engine.step import INSTALL, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.host.archive import read_members
 from aks_flex_node.steps import tracked
@@ -28,18 +28,25 @@ def node_arch():
         raise FlexNodeError(f"unsupported CPU architecture {machine!r}: expected x86_64 or aarch64")
 
 
-class ArtifactStep(Step):
+class ArtifactStep(tracked.OwnsPaths, Step):
     """Subclasses set `artifact` (a config artifact name), `version_key`, `dest_dir`,
-    `single_file` (the name of a bare-binary artifact) or override `dest_name`."""
+    `single_file` (the name of a bare-binary artifact) or override `dest_name`, and
+    `restarts`: the unit that runs these binaries, restarted when they change."""
 
     branch = INSTALL
     artifact = ""
     version_key = ""
     dest_dir = "/usr/local/bin"
     single_file = None
+    restarts = None
 
     def version(self, ctx):
         return ctx.config[self.version_key]
+
+    def owes(self, version):
+        if not self.restarts:
+            return ()
+        return (restart(self.restarts, f"{self.artifact} {version} is installed"),)
 
     def dest_name(self, member):
         """Where an archive member goes (a basename under dest_dir), or None to skip it."""
@@ -68,24 +75,20 @@ class ArtifactStep(Step):
             return plan
         plan.add(f"install {self.artifact} {version} into {self.dest_dir}",
                  "not installed, another version, or a file was changed",
-                 lambda: self.install(ctx, url, checksum_url))
+                 lambda: self.install(ctx, url, checksum_url), owes=self.owes(version))
         return plan
 
     def install(self, ctx, url, checksum_url):
+        tracked.ensure_cache_dir(ctx, self.name)
         downloader = ctx.downloader()
         filename = url.rsplit("/", 1)[-1]
         digest = downloader.checksum(checksum_url, filename)
         archive = downloader.fetch(url, digest)
         tracked.make_parents(ctx, self.name, self.dest_dir + "/")
-        written = 0
         for dest, data in self.members(archive):
-            changed = tracked.write_tracked(
+            tracked.write_tracked(
                 ctx, self.name, f"{self.dest_dir}/{dest}", data, 0o755, artifact=self.artifact,
                 artifact_url=url, sha256=hashlib.sha256(data).hexdigest())
-            if changed:
-                written += 1
-        if written:
-            ctx.facts.set(f"{self.name}_changed", True)
         if not self.installed(ctx, url):
             raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
 
@@ -96,6 +99,3 @@ class ArtifactStep(Step):
             return
         for _member, dest, data in read_members(archive, self.dest_name):
             yield dest, data
-
-    def undo(self, ctx, entries):
-        return tracked.undo_paths(ctx, entries)

@@ -3,21 +3,18 @@
 from aks_flex_node.engine.step import CREDENTIALS, Plan, Step
 from aks_flex_node.errors import FlexNodeError
 
-LOCAL_PASS = "not asked in a local pass: the last full run's answer holds"
-
 
 class ClusterStep(Step):
     name = "cluster"
     help = "read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's permissions"
     branch = CREDENTIALS
-    cloud = True
+    needs = ("preflight",)
+    full_pass_only = True
 
     def check(self, ctx):
         from aks_flex_node.azure import aks, permissions
 
         cfg = ctx.config
-        if ctx.local_only:
-            return Plan(noop_reason=LOCAL_PASS)
         cluster = aks.get_cluster(ctx.azure.clients, cfg.cluster)
         # Every host change waits for this step (steps/workflow.py): a missing permission
         # fails here, before the host or Azure is touched.
@@ -31,8 +28,8 @@ class ClusterStep(Step):
                 "enabled, so a node's Arc identity cannot be authorized",
                 remedy="enable it: az aks update --enable-azure-rbac (needs AKS-managed Entra ID)")
         version = cfg.kubernetes_version or cluster.kubernetes_version
-        ctx.facts.set("kubernetes_version", version)
-        ctx.facts.set("arc_location", cfg.arc_location or cluster.location)
+        ctx.data.kubernetes_version = version
+        ctx.data.arc_location = cfg.arc_location or cluster.location
         return Plan(noop_reason=f"cluster {cluster.name} in {cluster.location}, "
                                 f"Kubernetes {version}")
 
@@ -42,14 +39,11 @@ class CredentialsStep(Step):
     help = "read the cluster's API server URL and CA (no admin credential is fetched or kept)"
     branch = CREDENTIALS
     needs = ("cluster",)
-    cloud = True
+    full_pass_only = True
 
     def check(self, ctx):
         from aks_flex_node.azure import aks
 
-        if ctx.local_only:
-            return Plan(noop_reason=LOCAL_PASS)
         server, ca_pem = aks.server_and_ca(ctx.azure.clients, ctx.config.cluster)
-        ctx.facts.set("server", server)
-        ctx.facts.set("ca_pem", ca_pem)
+        ctx.data.server, ctx.data.ca_pem = server, ca_pem
         return Plan(noop_reason=f"API server {server}")

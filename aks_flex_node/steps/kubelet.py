@@ -1,15 +1,20 @@
 """The kubelet: its kubeconfig (exec credential plugin), configuration, unit and drop-in.
 
 Nothing secret is written: the kubeconfig names `aks-flex-node token`, which fetches a short
-lived Entra token for the Arc identity from HIMDS on each refresh (upstream wrote a script
-with the service principal's secret in it, mode 0755: upstream-go-agent.md §8).
+lived Entra token for the Arc identity from HIMDS on each refresh (the upstream agent,
+Azure/AKSFlexNode v0.0.10 pkg/components/kubelet/, wrote a token.sh script with the service
+principal's secret in it, mode 0755).
+
+What the kubelet reads (its CA, kubeconfig, configuration, unit and drop-in) owes a kubelet
+restart when its content changes; the unit files also owe a systemd reload.
 """
 
 import base64
 import json
 import os
 
-from aks_flex_node.engine.step import ACTIVATE, Plan, Step
+from aks_flex_node.engine.step import ACTIVATE, Plan, Step, reload_units, restart
+from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.runtime import CONTAINERD_SOCKET
 
@@ -25,7 +30,8 @@ MANAGED_LABEL = "kubernetes.azure.com/managed=false"
 DIRS = ("/etc/kubernetes", "/etc/kubernetes/manifests", "/etc/kubernetes/volumeplugins",
         "/etc/kubernetes/certs", KUBELET_DIR, os.path.dirname(DROPIN_PATH))
 
-# Upstream's list (upstream-go-agent.md §3.8): ECDHE with AES-GCM or ChaCha20 only.
+# The upstream agent's list (Azure/AKSFlexNode pkg/components/kubelet/): ECDHE with
+# AES-GCM or ChaCha20 only.
 TLS_CIPHER_SUITES = [
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
@@ -104,7 +110,7 @@ def kubelet_args(cfg):
     labels = list(cfg.node_labels)
     if MANAGED_LABEL not in labels:
         # Without it the cloud-controller-manager deletes a node it cannot find in Azure
-        # (upstream-go-agent.md §2, node.labels).
+        # (Azure/AKSFlexNode pkg/config/structs.go forces it too, upstream PR #46).
         labels.append(MANAGED_LABEL)
     args = [f"--config={KUBELET_CONFIG}", f"--kubeconfig={KUBECONFIG}",
             f"--hostname-override={cfg.machine_name}", f"--node-labels={','.join(labels)}"]
@@ -145,6 +151,20 @@ def dropin(cfg):
             f"ExecStart={KUBELET_BIN} {' '.join(kubelet_args(cfg))} $KUBELET_EXTRA_ARGS\n").encode()
 
 
+def api_server_of(host):
+    """(server URL, CA PEM) from the kubelet's kubeconfig as we wrote it; TemporaryError
+    when it is gone (the API server is then not known on this node)."""
+    raw = host.read_bytes(KUBECONFIG)
+    if raw is None:
+        raise TemporaryError(f"{KUBECONFIG} is gone: the API server is not known")
+    try:
+        cluster = json.loads(raw.decode("utf-8"))["clusters"][0]["cluster"]
+        return cluster["server"], base64.b64decode(cluster["certificate-authority-data"])
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        raise FlexNodeError(f"{KUBECONFIG} is not the kubeconfig aks-flex-node wrote ({err})",
+                            remedy="aks-flex-node bootstrap writes it again")
+
+
 def resolv_conf(host):
     # systemd-resolved's real upstream list, when it runs; a stub 127.0.0.53 resolv.conf
     # would make pods loop DNS back to themselves.
@@ -152,44 +172,45 @@ def resolv_conf(host):
     return resolved if os.path.exists(host.path(resolved)) else "/etc/resolv.conf"
 
 
-class KubeletStep(Step):
+def _restart(path):
+    return (restart("kubelet", f"{path} changed"),)
+
+
+def _reload_and_restart(path):
+    return (reload_units(f"{path} changed"), restart("kubelet", f"{path} changed"))
+
+
+class KubeletStep(tracked.OwnsPaths, Step):
     name = "kubelet"
     help = "write the kubelet's kubeconfig (exec plugin), configuration, CA, unit and drop-in"
     branch = ACTIVATE
     needs = ("kubernetes", "credentials")
+    state_dirs = (KUBELET_DIR,)
 
     def check(self, ctx):
-        cfg, plan = ctx.config, Plan()
-        server, ca_pem = ctx.facts.get("server"), ctx.facts.get("ca_pem")
+        cfg, plan, data = ctx.config, Plan(), ctx.data
         for path in DIRS:
-            tracked.plan_dir(ctx, plan, self.name, path, 0o755)
-
-        def config_changed():
-            ctx.facts.set("kubelet_config_changed", True)
-
-        def unit_changed():
-            ctx.facts.set("units_changed", True)
-            ctx.facts.set("kubelet_config_changed", True)
-
-        if server is None:
-            plan.add(f"write {KUBECONFIG} and {CA_PATH}", "the API server is not known yet")
+            # The kubelet's own directory fills with its state (pods, volumes, plugins).
+            kind = "state_dir" if path == KUBELET_DIR else "dir"
+            tracked.plan_dir(ctx, plan, self.name, path, 0o755, kind=kind)
+        if data.server is None:
+            plan.add(f"write {KUBECONFIG} and {CA_PATH}", "the API server is not known yet",
+                     owes=_restart(KUBECONFIG))
         else:
-            tracked.plan_file(ctx, plan, self.name, CA_PATH, ca_pem, 0o644,
-                              why="the cluster CA", on_change=config_changed)
+            tracked.plan_file(ctx, plan, self.name, CA_PATH, data.ca_pem, 0o644,
+                              why="the cluster CA", owes=_restart(CA_PATH))
             tracked.plan_file(ctx, plan, self.name, KUBECONFIG,
-                              kubeconfig(cfg, server, ca_pem, ctx.host.root), 0o600,
+                              kubeconfig(cfg, data.server, data.ca_pem, ctx.host.root), 0o600,
                               why="the kubelet's credentials come from `aks-flex-node token`",
-                              on_change=config_changed)
+                              owes=_restart(KUBECONFIG))
         tracked.plan_file(ctx, plan, self.name, KUBELET_CONFIG,
                           kubelet_config(cfg, resolv_conf(ctx.host)), 0o644,
-                          why="the kubelet's settings", on_change=config_changed)
+                          why="the kubelet's settings", owes=_restart(KUBELET_CONFIG))
         tracked.plan_file(ctx, plan, self.name, UNIT_PATH, UNIT_TEXT, 0o644,
-                          why="the kubelet's unit", on_change=unit_changed)
+                          why="the kubelet's unit", owes=_reload_and_restart(UNIT_PATH))
         tracked.plan_file(ctx, plan, self.name, DROPIN_PATH, dropin(cfg), 0o644,
-                          why="this node's kubelet command line", on_change=unit_changed)
+                          why="this node's kubelet command line",
+                          owes=_reload_and_restart(DROPIN_PATH))
         if not plan.actions:
             plan.noop_reason = "kubeconfig, configuration, unit and drop-in as wanted"
         return plan
-
-    def undo(self, ctx, entries):
-        return tracked.undo_paths(ctx, entries)

@@ -10,6 +10,7 @@ KUBE_BINARIES = ("kubelet", "kubectl", "kubeadm")
 CNI_BIN_DIR = "/opt/cni/bin"
 CNI_CONF_DIR = "/etc/cni/net.d"
 BRIDGE_CONFLIST = CNI_CONF_DIR + "/99-aks-flex-node-bridge.conflist"
+CNI_STATE_DIR = "/var/lib/cni"
 
 
 class KubernetesBinariesStep(ArtifactStep):
@@ -18,9 +19,10 @@ class KubernetesBinariesStep(ArtifactStep):
     artifact = "kubernetes"
     dest_dir = "/usr/local/bin"
     needs = ("cluster",)
+    restarts = "kubelet"
 
     def version(self, ctx):
-        return ctx.facts.get("kubernetes_version") or ctx.config.kubernetes_version
+        return ctx.data.kubernetes_version or ctx.config.kubernetes_version
 
     def dest_name(self, member):
         # kubernetes-node tarballs hold kubernetes/node/bin/<tool>; we take the three we use.
@@ -34,6 +36,7 @@ class KubernetesBinariesStep(ArtifactStep):
 class CniPluginsStep(ArtifactStep):
     name = "cni"
     help = "install the CNI plugins"
+    needs = ("cluster",)
     artifact = "cni"
     version_key = "cni_version"
     dest_dir = CNI_BIN_DIR
@@ -44,8 +47,9 @@ class CniPluginsStep(ArtifactStep):
 
 
 def bridge_conflist(cfg):
-    """A host-local bridge network, as upstream's 99-bridge.conf (upstream-go-agent.md §3.7)
-    but with a per-node subnet setting: the 99- prefix lets a real CNI's conf win."""
+    """A host-local bridge network, as the upstream agent's 99-bridge.conf (Azure/AKSFlexNode
+    pkg/components/cni/), but with a per-node subnet setting: the 99- prefix lets a real
+    CNI's conf win."""
     subnet = cfg.bridge_subnet
     conf = {
         "cniVersion": "0.4.0",
@@ -66,21 +70,20 @@ def bridge_conflist(cfg):
     return (json.dumps(conf, indent=2) + "\n").encode()
 
 
-class CniConfigStep(Step):
+class CniConfigStep(tracked.OwnsPaths, Step):
     name = "cni-config"
     help = "write the bridge network configuration"
     branch = INSTALL
     needs = ("cni",)
+    state_dirs = (CNI_STATE_DIR,)
 
     def check(self, ctx):
         plan = Plan()
-        for path in (CNI_CONF_DIR, "/var/lib/cni"):
-            tracked.plan_dir(ctx, plan, self.name, path, 0o755)
+        tracked.plan_dir(ctx, plan, self.name, CNI_CONF_DIR, 0o755)
+        # The host-local IPAM plugin's allocations: state of what we installed.
+        tracked.plan_dir(ctx, plan, self.name, CNI_STATE_DIR, 0o755, kind="state_dir")
         tracked.plan_file(ctx, plan, self.name, BRIDGE_CONFLIST, bridge_conflist(ctx.config), 0o644,
                           why="pod networking until a cluster CNI takes over")
         if not plan.actions:
             plan.noop_reason = "bridge network configured"
         return plan
-
-    def undo(self, ctx, entries):
-        return tracked.undo_paths(ctx, entries)

@@ -4,14 +4,11 @@ Both checks use the kubelet's credential path (a HIMDS token for the Arc identit
 admin credential: what we check is exactly what the kubelet will be able to do.
 """
 
-import base64
-import json
 import time
 
 from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step
 from aks_flex_node.errors import TemporaryError
-from aks_flex_node.steps.cluster import LOCAL_PASS
-from aks_flex_node.steps.kubelet import KUBECONFIG
+from aks_flex_node.steps.kubelet import api_server_of
 
 # Learn, "Troubleshoot Azure RBAC": role assignment changes can take up to 10 minutes.
 RBAC_PROPAGATION_TIMEOUT = 600
@@ -22,20 +19,20 @@ def node_token(ctx):
     reused while it has five minutes left (each fetch is a challenge round trip)."""
     from aks_flex_node.azure import himds
 
-    cached = ctx.facts.get("node_token")
+    cached = ctx.data.node_token
     if cached is None or cached.expires_on - time.time() < 300:
         cfg = ctx.config
         cached = himds.get_token(cfg.himds_endpoint, himds.AKS_RESOURCE, cfg.himds_key_dir,
                                  root=str(ctx.host.root))
-        ctx.facts.set("node_token", cached)
+        ctx.data.node_token = cached
     return cached.access_token
 
 
 def kube_client(ctx):
     from aks_flex_node import kube
 
-    return kube.KubeClient(ctx.facts.get("server"), ctx.facts.get("ca_pem"),
-                           lambda: node_token(ctx), proxy=ctx.config.https_proxy or None)
+    return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, lambda: node_token(ctx),
+                           proxy=ctx.config.https_proxy or None)
 
 
 def identity_authorized(client, node_name):
@@ -54,13 +51,11 @@ class PropagationStep(Step):
     help = "wait until the API server accepts the Arc identity (checked, not slept)"
     branch = IDENTITY
     needs = ("roles", "credentials")
-    cloud = True
+    full_pass_only = True
 
     def check(self, ctx):
         plan = Plan()
-        if ctx.local_only:
-            return Plan(noop_reason=LOCAL_PASS)
-        if not ctx.facts.get("principal_id"):
+        if not ctx.data.principal_id:
             plan.add("wait for the role assignments to take effect", "the identity is new",
                      lambda: self._wait(ctx))
             return plan
@@ -97,7 +92,7 @@ class NodeReadyStep(Step):
         plan = Plan()
         name = ctx.config.machine_name
         # Without an identity (a dry run on a new node) there is nobody to ask as.
-        if ctx.facts.get("server") and ctx.facts.get("principal_id"):
+        if ctx.data.server and ctx.data.principal_id:
             node = kube_client(ctx).get_node(name)
             if node is not None:
                 ctx.adopt(self.name, "node", name)
@@ -113,22 +108,22 @@ class NodeReadyStep(Step):
         kube_client(ctx).wait_node_ready(name, timeout=ctx.config.node_ready_timeout, interval=1)
         ctx.ledger.record(self.name, "node", name)
 
-    def undo(self, ctx, entries):
-        """Delete our Node object, with the node's own identity, while it still has its roles."""
-        leftovers = []
+    def plan_undo(self, ctx, entries):
+        plan = Plan()
         for entry in entries:
-            if entry["kind"] != "node":
-                continue
-            try:
-                server, ca_pem = _server_from_kubeconfig(ctx, KUBECONFIG)
-                ctx.facts.set("server", server)
-                ctx.facts.set("ca_pem", ca_pem)
-                kube_client(ctx).delete_node(entry["id"])
-                ctx.ledger.forget("node", entry["id"])
-            except Exception as exc:
-                leftovers.append(f"Kubernetes node {entry['id']}: "
-                                 f"{getattr(exc, 'message', None) or exc}")
-        return leftovers
+            if entry["kind"] == "node":
+                plan.add(f"delete Kubernetes node {entry['id']}",
+                         f"registered by this node; the {self.name} phase recorded it",
+                         lambda e=entry: self._delete(ctx, e["id"]))
+        return plan
+
+    @staticmethod
+    def _delete(ctx, name):
+        """With the node's own identity, while it still has its roles (the roles phase is
+        undone after this one)."""
+        ctx.data.server, ctx.data.ca_pem = api_server_of(ctx.host)
+        kube_client(ctx).delete_node(name)
+        ctx.ledger.forget("node", name)
 
 
 def _ready(node):
@@ -136,12 +131,3 @@ def _ready(node):
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"
     return False
-
-
-def _server_from_kubeconfig(ctx, path):
-    raw = ctx.host.read_bytes(path)
-    if raw is None:
-        raise TemporaryError(f"{path} is gone: the API server is not known")
-    doc = json.loads(raw.decode())
-    cluster = doc["clusters"][0]["cluster"]
-    return cluster["server"], base64.b64decode(cluster["certificate-authority-data"])

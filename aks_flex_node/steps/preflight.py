@@ -12,7 +12,7 @@ class PreflightStep(Step):
 
     def check(self, ctx):
         results = preflight.run_checks(ctx, ctx.options.get("ignore_preflight_errors", ()))
-        ctx.facts.set("preflight", results)
+        ctx.data.preflight = results
         preflight.raise_for(results)
         warnings = [r for r in results if r.status in ("warning", "ignored")]
         summary = f"{len(results) - len(warnings)} check(s) passed"

@@ -3,7 +3,6 @@
 import collections
 
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
-from aks_flex_node.steps.cluster import LOCAL_PASS
 
 Wanted = collections.namedtuple("Wanted", "role_name role_guid scope")
 
@@ -21,15 +20,14 @@ class RolesStep(Step):
     branch = IDENTITY
     needs = ("arc",)
     cloud = True
+    full_pass_only = True
 
     def check(self, ctx):
         from aks_flex_node.azure import rbac
 
         cfg, plan = ctx.config, Plan()
-        if ctx.local_only:
-            return Plan(noop_reason=LOCAL_PASS)
         wanted = wanted_roles(cfg)
-        principal = ctx.facts.get("principal_id")
+        principal = ctx.data.principal_id
         if not principal:
             plan.add(f"assign {len(wanted)} role(s) ({cfg.role_preset} preset) to the Arc identity",
                      "the machine has no identity yet", lambda: self._assign(ctx, wanted))
@@ -58,7 +56,7 @@ class RolesStep(Step):
     def _assign(self, ctx, wanted):
         from aks_flex_node.azure import rbac
 
-        principal = ctx.facts.get("principal_id")
+        principal = ctx.data.principal_id
         for role in wanted:
             assignment = rbac.ensure_assignment(ctx.azure.clients, role.scope, role.role_guid,
                                                 principal)
@@ -66,17 +64,17 @@ class RolesStep(Step):
                     role.scope, role.role_guid, principal):
                 ctx.ledger.record(self.name, "role_assignment", assignment.id)
 
-    def undo(self, ctx, entries):
+    def plan_undo(self, ctx, entries):
+        plan = Plan()
+        for entry in entries:
+            if entry["kind"] == "role_assignment":
+                plan.add(f"delete role assignment {entry['id']}", f"made by the {self.name} phase",
+                         lambda e=entry: self._delete(ctx, e["id"]))
+        return plan
+
+    @staticmethod
+    def _delete(ctx, assignment_id):
         from aks_flex_node.azure import rbac
 
-        leftovers = []
-        for entry in entries:
-            if entry["kind"] != "role_assignment":
-                continue
-            try:
-                rbac.delete_assignment(ctx.azure.clients, entry["id"])
-                ctx.ledger.forget("role_assignment", entry["id"])
-            except Exception as exc:
-                leftovers.append(f"role assignment {entry['id']}: "
-                                 f"{getattr(exc, 'message', None) or exc}")
-        return leftovers
+        rbac.delete_assignment(ctx.azure.clients, assignment_id)
+        ctx.ledger.forget("role_assignment", assignment_id)

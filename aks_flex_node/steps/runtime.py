@@ -1,6 +1,6 @@
 """The container runtime: runc, containerd, containerd's config and unit."""
 
-from aks_flex_node.engine.step import INSTALL, Plan, Step
+from aks_flex_node.engine.step import INSTALL, Plan, Step, reload_units, restart
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.artifacts import ArtifactStep
 
@@ -13,8 +13,11 @@ CONTAINERD_STATE_DIRS = ("/var/lib/containerd", "/opt/containerd")
 
 
 class RuncStep(ArtifactStep):
+    # No restart: containerd's shims exec runc for each container, so a new runc is used
+    # by the next container without restarting anything.
     name = "runc"
     help = "install runc (the OCI runtime containerd calls)"
+    needs = ("cluster",)
     artifact = "runc"
     version_key = "runc_version"
     dest_dir = BIN_DIR
@@ -24,9 +27,11 @@ class RuncStep(ArtifactStep):
 class ContainerdBinariesStep(ArtifactStep):
     name = "containerd"
     help = "install containerd, ctr and the runc shim"
+    needs = ("cluster",)
     artifact = "containerd"
     version_key = "containerd_version"
     dest_dir = BIN_DIR
+    restarts = "containerd"
 
     def dest_name(self, member):
         # Release tarballs hold bin/<tool>; older ones also ship shims v1 we don't need.
@@ -39,8 +44,8 @@ class ContainerdBinariesStep(ArtifactStep):
 def containerd_config(cfg):
     """config.toml in the version 2 schema, which containerd 1.6, 1.7 and 2.x all read.
 
-    Table layout from upstream-go-agent.md §3.5; systemd cgroups (kubelet uses the systemd
-    driver); metrics on loopback by default (upstream's 0.0.0.0 exposes them to the network).
+    Table layout from the upstream agent (Azure/AKSFlexNode pkg/components/containerd/);
+    systemd cgroups (kubelet uses the systemd driver); metrics on loopback by default (upstream's 0.0.0.0 exposes them to the network).
     """
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""# Written by aks-flex-node; changes are overwritten at the next bootstrap.
@@ -97,11 +102,12 @@ WantedBy=multi-user.target
 """.encode()
 
 
-class ContainerdConfigStep(Step):
+class ContainerdConfigStep(tracked.OwnsPaths, Step):
     name = "containerd-config"
     help = "write containerd's config.toml and its systemd unit"
     branch = INSTALL
     needs = ("containerd", "runc")
+    state_dirs = CONTAINERD_STATE_DIRS
 
     def check(self, ctx):
         plan = Plan()
@@ -109,16 +115,14 @@ class ContainerdConfigStep(Step):
         # containerd's own state (images, snapshots): made here, so that when this node
         # leaves, unbootstrap takes it along (and leaves a pre-existing one alone).
         for state_dir in CONTAINERD_STATE_DIRS:
-            tracked.plan_dir(ctx, plan, self.name, state_dir, 0o711)
+            tracked.plan_dir(ctx, plan, self.name, state_dir, 0o711, kind="state_dir")
         tracked.plan_file(ctx, plan, self.name, CONTAINERD_CONFIG, containerd_config(ctx.config),
                           0o644, why="containerd's settings",
-                          on_change=lambda: ctx.facts.set("containerd_config_changed", True))
+                          owes=(restart("containerd", f"{CONTAINERD_CONFIG} changed"),))
         tracked.plan_file(ctx, plan, self.name, CONTAINERD_UNIT, CONTAINERD_UNIT_TEXT, 0o644,
                           why="containerd's systemd unit",
-                          on_change=lambda: ctx.facts.set("units_changed", True))
+                          owes=(reload_units(f"{CONTAINERD_UNIT} changed"),
+                                restart("containerd", f"{CONTAINERD_UNIT} changed")))
         if not plan.actions:
             plan.noop_reason = "config.toml and unit as wanted"
         return plan
-
-    def undo(self, ctx, entries):
-        return tracked.undo_paths(ctx, entries)

@@ -1,30 +1,41 @@
-"""containerd and the kubelet enabled and running; restarted only when what they run changed."""
+"""containerd and the kubelet enabled and running, and what earlier phases owe them paid.
 
-from aks_flex_node.engine.step import ACTIVATE, Plan, Step
+A phase that changes what a unit reads writes down a restart (or a systemd reload) in the
+ledger before the change (engine/step.py, Obligation). This phase reads what is owed, and
+for each unit: starts it when it is not running, else restarts it when a restart is owed;
+then it clears what it paid. A restart owed by a run that stopped half-way (--phase, a
+crash, kill -9) is still in the ledger, so the next run pays it.
+"""
 
-KUBELET_DATA = "/var/lib/kubelet"
+from aks_flex_node.engine.step import ACTIVATE, RELOAD, RESTART, Plan, Step
+
+UNITS = ("containerd", "kubelet")  # in start order: the kubelet needs containerd
+CONTAINERD_RUNTIME_DIR = "/run/containerd"
+
+
+def _reasons(owed, kind, unit):
+    return "; ".join(dict.fromkeys(o.reason for o in owed if o.kind == kind and o.unit == unit))
 
 
 class ServicesStep(Step):
     name = "services"
-    help = "enable and start containerd and the kubelet (restart only what changed)"
+    help = "enable and start containerd and the kubelet (restart only what a change calls for)"
     branch = ACTIVATE
     needs = ("system", "containerd-config", "cni-config", "kubelet", "rbac-propagation")
 
     def check(self, ctx):
-        systemd, facts, plan = ctx.host.systemd, ctx.facts, Plan()
-        if facts.get("units_changed"):
-            plan.add("reload systemd units", "a unit file changed", systemd.daemon_reload)
-        self._plan_unit(ctx, plan, "containerd",
-                        facts.get("containerd_config_changed") or facts.get("containerd_changed")
-                        or facts.get("runc_changed"))
-        self._plan_unit(ctx, plan, "kubelet",
-                        facts.get("kubelet_config_changed") or facts.get("kubernetes_changed"))
+        systemd, plan, owed = ctx.host.systemd, Plan(), ctx.obligations()
+        reload_why = _reasons(owed, RELOAD, "systemd")
+        if reload_why:
+            plan.add("reload systemd units", reload_why,
+                     lambda: self._pay(ctx, RELOAD, "systemd", systemd.daemon_reload))
+        for unit in UNITS:
+            self._plan_unit(ctx, plan, unit, _reasons(owed, RESTART, unit))
         if not plan.actions:
-            plan.noop_reason = "containerd and kubelet enabled and running"
+            plan.noop_reason = "containerd and kubelet enabled and running; no restart owed"
         return plan
 
-    def _plan_unit(self, ctx, plan, unit, changed):
+    def _plan_unit(self, ctx, plan, unit, restart_why):
         systemd = ctx.host.systemd
 
         def enable():
@@ -37,43 +48,38 @@ class ServicesStep(Step):
                 "file", f"/etc/systemd/system/{unit}.service"):
             ctx.adopt(self.name, "unit", unit)  # enabled by an earlier run whose record was lost
         if not systemd.is_active(unit):
-            plan.add(f"start {unit}", "it is not running", lambda: systemd.start(unit))
-        elif changed:
-            plan.add(f"restart {unit}", "its binary or configuration changed",
-                     lambda: systemd.restart(unit))
+            # A start reads everything afresh: it pays any restart owed too.
+            plan.add(f"start {unit}", "it is not running",
+                     lambda: self._pay(ctx, RESTART, unit, lambda: systemd.start(unit)))
+        elif restart_why:
+            plan.add(f"restart {unit}", restart_why,
+                     lambda: self._pay(ctx, RESTART, unit, lambda: systemd.restart(unit)))
 
-    def undo(self, ctx, entries):
-        systemd, leftovers = ctx.host.systemd, []
-        # kubelet first: it needs containerd to stop its pods cleanly.
+    @staticmethod
+    def _pay(ctx, kind, unit, act):
+        act()
+        ctx.ledger.settle(kind, unit)
+
+    def plan_undo(self, ctx, entries):
+        systemd, plan = ctx.host.systemd, Plan()
         units = [e["id"] for e in entries if e["kind"] == "unit"]
+        # kubelet first: it needs containerd to stop its pods cleanly.
         for unit in sorted(units, key=lambda u: u != "kubelet"):
-            try:
-                systemd.disable(unit, now=True)
-                ctx.ledger.forget("unit", unit)
-            except Exception as exc:
-                leftovers.append(f"unit {unit}: {getattr(exc, 'message', None) or exc}")
-        for top in (KUBELET_DATA, "/run/containerd", "/var/lib/containerd"):
-            leftovers += unmount_below(ctx.host, top)
-        return leftovers
+            plan.add(f"stop and disable {unit}", f"enabled by the {self.name} phase",
+                     lambda u=unit: self._disable(ctx, systemd, u))
+        if "containerd" in units:
+            # Sandboxes' shm mounts: gone with containerd, or they would outlive it.
+            plan.add(f"unmount what containerd left mounted under {CONTAINERD_RUNTIME_DIR}",
+                     "containerd is stopped", lambda: self._unmount(ctx))
+        return plan
 
+    def _disable(self, ctx, systemd, unit):
+        systemd.disable(unit, now=True)
+        ctx.ledger.forget("unit", unit)
 
-def unmount_below(host, top):
-    """Unmount pod volumes under `top` (deepest first) so removing it never deletes volume
-    data; kubeadm reset does the same."""
-    raw = host.read_bytes("/proc/self/mountinfo")
-    if raw is None:
-        return []
-    mounts = []
-    for line in raw.decode(errors="replace").splitlines():
-        fields = line.split()
-        if len(fields) > 4:
-            point = fields[4].replace("\\040", " ")
-            if point == top or point.startswith(top + "/"):
-                mounts.append(point)
-    leftovers = []
-    for point in sorted(mounts, key=len, reverse=True):
-        try:
-            host.run_system(["umount", point], timeout=60)
-        except Exception as exc:
-            leftovers.append(f"mount {point}: {getattr(exc, 'message', None) or exc}")
-    return leftovers
+    @staticmethod
+    def _unmount(ctx):
+        from aks_flex_node.engine.undo import Leftover
+
+        return [Leftover(CONTAINERD_RUNTIME_DIR, why)
+                for why in ctx.host.unmount_below(CONTAINERD_RUNTIME_DIR)]

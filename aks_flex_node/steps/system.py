@@ -12,7 +12,8 @@ SYSCTL_PATH = "/etc/sysctl.d/90-aks-flex-node.conf"
 FSTAB = "/etc/fstab"
 MODULES = ("overlay", "br_netfilter")
 
-# upstream-go-agent.md §3.3 (999-sysctl-aks.conf), plus rp_filter=2 from upstream v0.0.16 (#120).
+# The upstream agent's 999-sysctl-aks.conf (Azure/AKSFlexNode
+# pkg/components/system_configuration/), plus rp_filter=2 from its v0.0.16 (PR #120).
 # kubelet's protectKernelDefaults needs the vm/kernel values below to be set.
 SYSCTLS = (
     ("net.bridge.bridge-nf-call-iptables", "1"),
@@ -47,10 +48,13 @@ def live_sysctl_drift(host):
     return drift
 
 
-class SystemStep(Step):
+class SystemStep(tracked.OwnsPaths, Step):
+    # Undo restores /etc/fstab as it was and removes our modules-load.d and sysctl.d files;
+    # live kernel values are left alone (other software may rely on ip_forward).
     name = "system"
     help = "swap off (now and in /etc/fstab), overlay and br_netfilter loaded, sysctls set"
     branch = INSTALL
+    needs = ("cluster",)
 
     def check(self, ctx):
         host, plan = ctx.host, Plan()
@@ -85,11 +89,6 @@ class SystemStep(Step):
         if not plan.actions:
             plan.noop_reason = "swap off, modules loaded, sysctls set"
         return plan
-
-    def undo(self, ctx, entries):
-        # Restores /etc/fstab as it was and removes our modules-load.d and sysctl.d files;
-        # live kernel values are left alone (other software may rely on ip_forward).
-        return tracked.undo_paths(ctx, entries)
 
 
 def _mode_of(host, path):

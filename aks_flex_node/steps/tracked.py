@@ -1,43 +1,55 @@
-"""Files and directories a step owns, planned and recorded in the ledger.
+"""Files and directories a step owns: planned, recorded in the ledger, and undone from it.
 
 A file is compared with what we want (content, then mode, each on its own), so a mode drift
-is fixed by a chmod alone (host.write_file does that). A file that existed before we first
-wrote it is backed up under /var/lib/aks-flex-node/backup and restored on undo; a file we
+is fixed by a chmod alone (host.write_file does that) and owes nothing: only a content
+change owes the restart of what reads the file. A file that existed before we first wrote
+it is backed up under /var/lib/aks-flex-node/backup and restored on undo; a file we
 created is removed. Directories are recorded only when we created them.
+
+Undo removes only what the ledger records, and never follows a path into a recursive
+delete: a `dir` (or `parent_dir`) goes only when it is empty; a `state_dir` (the kubelet's
+or containerd's state, made by us for a service we installed) goes with its content
+through host.remove_tree, which never crosses a mount point; a `cache_dir` loses only the
+files our downloader names, and then goes if it is empty.
 """
 
 import os
+import re
 import stat
 
-from aks_flex_node.engine.ledger import BACKUP_DIR
+from aks_flex_node import paths
+from aks_flex_node.engine.step import INSTALL, Plan, Step
+from aks_flex_node.engine.undo import Leftover
+
+DIR_KINDS = ("dir", "parent_dir")
+# What the downloader (host/download.py) keeps in the cache: <sha256>-<name>,
+# checksums-<key>-<name>, and .download-*.part while a download runs.
+_CACHE_FILE = re.compile(r"[0-9a-f]{64}-.+|checksums-.+|\.download-.+\.part")
 
 
 def file_drift(host, path, content, mode):
-    """Why `path` is not as wanted, or None when it is."""
+    """(why `path` is not as wanted, whether its content is what differs), or (None, False)."""
     current = host.read_bytes(path)
     if current is None:
-        return "it does not exist"
+        return "it does not exist", True
     if current != content:
-        return "its content differs"
+        return "its content differs", True
     actual = stat.S_IMODE(os.stat(host.path(path)).st_mode)
     if actual != mode:
-        return f"its mode is {actual:04o}, not {mode:04o}"
-    return None
+        return f"its mode is {actual:04o}, not {mode:04o}", False
+    return None, False
 
 
-def plan_file(ctx, plan, step, path, content, mode=0o644, why="", on_change=None):
-    """Add an action to `plan` when `path` needs writing; return True when it does."""
-    drift = file_drift(ctx.host, path, content, mode)
+def plan_file(ctx, plan, step, path, content, mode=0o644, why="", owes=()):
+    """Add an action to `plan` when `path` needs writing; return True when it does.
+    `owes` (restarts of what reads the file) go with a content change only."""
+    drift, content_changes = file_drift(ctx.host, path, content, mode)
     if drift is None:
         return False
-
-    def run():
-        write_tracked(ctx, step, path, content, mode)
-        if on_change:
-            on_change()
-
     reason = drift if not why else f"{why}; {drift}"
-    plan.add(f"write {path} (mode {mode:04o})", reason, run)
+    plan.add(f"write {path} (mode {mode:04o})", reason,
+             lambda: write_tracked(ctx, step, path, content, mode),
+             owes=owes if content_changes else ())
     return True
 
 
@@ -61,7 +73,7 @@ def write_tracked(ctx, step, path, content, mode, **extra):
     if not ctx.ledger.has("file", path):
         original = host.read_bytes(path)
         if original is not None:
-            backup = BACKUP_DIR + path
+            backup = paths.backup_path(path)
             original_mode = stat.S_IMODE(os.stat(host.path(path)).st_mode)
             host.write_file(backup, original, 0o600)
             extra.update(backup=backup, mode=original_mode)
@@ -69,47 +81,176 @@ def write_tracked(ctx, step, path, content, mode, **extra):
     return host.write_file(path, content, mode)
 
 
-def plan_dir(ctx, plan, step, path, mode=0o755):
+def plan_dir(ctx, plan, step, path, mode=0o755, kind="dir"):
+    """Create `path` when missing. kind "state_dir": a service's state directory, which
+    undo removes with its content (the service we installed filled it)."""
     if os.path.isdir(ctx.host.path(path)):
         return False
 
     def run():
         make_parents(ctx, step, path)
-        ctx.ledger.record(step, "dir", path)
+        ctx.ledger.record(step, kind, path)
         ctx.host.ensure_dir(path, mode)
 
     plan.add(f"create directory {path}", "it does not exist", run)
     return True
 
 
-def undo_paths(ctx, entries):
-    """Remove (or restore) the files and directories in `entries`, newest first.
+def ensure_cache_dir(ctx, step):
+    """The download cache: made (and tagged as ours) when missing, recorded as `step`'s."""
+    cache_dir = ctx.config.cache_dir
+    if os.path.isdir(ctx.host.path(cache_dir)):
+        return
+    make_parents(ctx, step, cache_dir)
+    ctx.ledger.record(step, "cache_dir", cache_dir)
+    ctx.host.ensure_dir(cache_dir, 0o755)
+    ctx.host.write_file(f"{cache_dir}/{paths.CACHE_TAG_NAME}", paths.CACHE_TAG, 0o644)
 
-    A `dir` we made for our own use goes with its content (the kubelet's state, the CNI
-    configs); a `parent_dir` made on the way to a file goes only when it is empty.
-    """
-    leftovers = []
-    host = ctx.host
+
+# ---- undo -----------------------------------------------------------------------------
+
+
+def plan_undo_paths(ctx, entries, state_dirs=()):
+    """The undo of `entries` (newest first): remove or restore files, remove directories.
+    `state_dirs`: paths a ledger written before state_dir existed recorded as plain dirs."""
+    plan = Plan()
     for entry in reversed(entries):
         kind, path = entry["kind"], entry["id"]
-        if kind not in ("file", "dir", "parent_dir"):
+        if kind == "dir" and path in state_dirs:
+            kind = "state_dir"
+        origin = f"created by the {entry['step']} phase"
+        if kind == "file" and entry.get("backup"):
+            plan.add(f"restore {path}", f"it was there before; its original is {entry['backup']}",
+                     lambda e=entry: _restore(ctx, e))
+        elif kind == "file":
+            plan.add(f"remove {path}", origin, lambda p=path: _remove_file(ctx, p))
+        elif kind in DIR_KINDS:
+            plan.add(f"remove directory {path} if it is empty", origin,
+                     lambda e=entry: _remove_empty_dir(ctx, e, final=False))
+        elif kind == "state_dir":
+            plan.add(f"remove {path} and its content", f"{origin}: the state of a service "
+                     "aks-flex-node installed (never across a mount point)",
+                     lambda e=entry: _remove_state_dir(ctx, e))
+        elif kind == "cache_dir":
+            plan.add(f"remove aks-flex-node's downloads from {path}, then it if empty", origin,
+                     lambda p=path: _remove_cache(ctx, p))
+    return plan
+
+
+def plan_undo_leftover_dirs(ctx):
+    """Directories that were not empty when their phase was undone (another phase's files
+    were still in them): tried again, deepest first; what is still not empty holds what we
+    did not create, and is kept."""
+    plan = Plan()
+    left = [e for e in ctx.ledger.entries() if e["kind"] in DIR_KINDS]
+    for entry in sorted(left, key=lambda e: e["id"].count("/"), reverse=True):
+        plan.add(f"remove directory {entry['id']} if it is empty",
+                 f"created by the {entry['step']} phase",
+                 lambda e=entry: _remove_empty_dir(ctx, e, final=True))
+    return plan
+
+
+def _restore(ctx, entry):
+    path, backup = entry["id"], entry["backup"]
+    original = ctx.host.read_bytes(backup)
+    if original is None:
+        return [Leftover(path, f"its backup {backup} is gone; left as it is")]
+    ctx.host.write_file(path, original, entry.get("mode", 0o644))
+    ctx.host.remove(backup)
+    ctx.ledger.forget("file", path)
+    return []
+
+
+def _remove_file(ctx, path):
+    real = ctx.host.path(path)
+    if os.path.isdir(real) and not os.path.islink(real):
+        return [Leftover(path, "a directory is there now, not the file aks-flex-node wrote; left as it is")]
+    ctx.host.remove(path)
+    ctx.ledger.forget("file", path)
+    return []
+
+
+def _remove_empty_dir(ctx, entry, final):
+    path = entry["id"]
+    try:
+        os.rmdir(ctx.host.path(path))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        if not os.path.isdir(ctx.host.path(path)):
+            ctx.ledger.forget(entry["kind"], path)
+            return [Leftover(path, "something other than a directory is there now; left as it is", kept=True)]
+        if not final:
+            return []  # the leftover-dirs phase tries again once every phase is undone
+        ctx.ledger.forget(entry["kind"], path)
+        return [Leftover(path, f"kept: it holds what aks-flex-node did not create "
+                               f"({_listing(ctx.host.path(path))})", kept=True)]
+    ctx.ledger.forget(entry["kind"], path)
+    return []
+
+
+def _remove_state_dir(ctx, entry):
+    path = entry["id"]
+    left = [Leftover(path, f"not removed: {why}") for why in ctx.host.remove_tree(path)]
+    if not left:
+        ctx.ledger.forget(entry["kind"], path)
+    return left
+
+
+def _remove_cache(ctx, path):
+    real = ctx.host.path(path)
+    try:
+        names = os.listdir(real)
+    except FileNotFoundError:
+        ctx.ledger.forget("cache_dir", path)
+        return []
+    for name in names:
+        node_path = f"{path}/{name}"
+        st = os.lstat(os.path.join(real, name))
+        if not stat.S_ISREG(st.st_mode):
             continue
-        try:
-            if kind == "parent_dir":
-                try:
-                    os.rmdir(host.path(path))
-                except OSError:  # gone already, or something else lives there now: keep it
-                    pass
-            elif entry.get("backup"):
-                original = host.read_bytes(entry["backup"])
-                if original is not None:
-                    host.write_file(path, original, entry.get("mode", 0o644))
-                    host.remove(entry["backup"])
-                else:
-                    leftovers.append(f"{path}: its backup {entry['backup']} is gone; left as is")
-            else:
-                host.remove(path)
-            ctx.ledger.forget(kind, path)
-        except OSError as exc:
-            leftovers.append(f"{path}: {exc}")
-    return leftovers
+        if _CACHE_FILE.fullmatch(name) or (
+                name == paths.CACHE_TAG_NAME and ctx.host.read_bytes(node_path) == paths.CACHE_TAG):
+            ctx.host.remove(node_path)
+    ctx.ledger.forget("cache_dir", path)
+    try:
+        os.rmdir(real)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return [Leftover(path, f"kept: it holds what aks-flex-node did not download ({_listing(real)})",
+                         kept=True)]
+    return []
+
+
+def _listing(real, most=3):
+    try:
+        names = sorted(os.listdir(real))
+    except OSError as err:
+        return err.strerror or str(err)
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+class OwnsPaths:
+    """Mixin of a step whose ledger records are files and directories; `state_dirs` are
+    the service state directories it makes (see plan_undo_paths)."""
+
+    state_dirs = ()
+
+    def plan_undo(self, ctx, entries):
+        return plan_undo_paths(ctx, entries, self.state_dirs)
+
+
+class LeftoverDirsStep(Step):
+    """The last undo phase: directories that earlier phases could not remove yet."""
+
+    name = "directories"
+    help = "remove the directories aks-flex-node made once they are empty"
+    branch = INSTALL
+
+    def undo_entries(self, ctx):
+        return [e for e in ctx.ledger.entries() if e["kind"] in DIR_KINDS]
+
+    def plan_undo(self, ctx, entries):
+        return plan_undo_leftover_dirs(ctx)

@@ -1,11 +1,15 @@
-"""The bootstrap workflow: every step, in the order the upstream agent runs them.
+"""The bootstrap workflow and its undo: every step, in the order the upstream agent runs them.
 
-The declared order is what --sequential follows; `needs` is what the concurrent runner
-follows, so the identity branch (arc, roles, propagation), the install branch (system,
-runtime, binaries, CNI) and the credentials read overlap, and only the kubelet's start
-waits for all of them. Every step waits for preflight, then for the cluster read: that one
-call proves the operator's credential and permissions before anything on the host changes,
-so a wrong secret or a missing role fails (exit 4) with the host untouched.
+The declared order is what --sequential follows; each step's `needs` (declared on its class,
+nowhere else) is what the concurrent runner follows, so the identity branch (arc, roles,
+propagation), the install branch (system, runtime, binaries, CNI) and the credentials read
+overlap, and only the kubelet's start waits for all of them. Every step waits for preflight,
+then for the cluster read: that one call proves the operator's credential and permissions
+before anything on the host changes, so a wrong secret or a missing role fails (exit 4)
+with the host untouched.
+
+Unbootstrap undoes the same steps in reverse order, then removes the directories that only
+became empty once every phase was undone.
 """
 
 from aks_flex_node.steps.arc import ArcStep
@@ -18,22 +22,20 @@ from aks_flex_node.steps.roles import RolesStep
 from aks_flex_node.steps.runtime import ContainerdBinariesStep, ContainerdConfigStep, RuncStep
 from aks_flex_node.steps.services import ServicesStep
 from aks_flex_node.steps.system import SystemStep
+from aks_flex_node.steps.tracked import LeftoverDirsStep
 
 STEP_CLASSES = (
     PreflightStep, ClusterStep, ArcStep, RolesStep, SystemStep, RuncStep, ContainerdBinariesStep,
     ContainerdConfigStep, KubernetesBinariesStep, CniPluginsStep, CniConfigStep, CredentialsStep,
     KubeletStep, PropagationStep, ServicesStep, NodeReadyStep,
 )
+PHASE_NAMES = tuple(cls.name for cls in STEP_CLASSES)
+PHASE_HELP = tuple((cls.name, cls.help) for cls in STEP_CLASSES)
 
 
 def bootstrap_steps():
-    steps = [cls() for cls in STEP_CLASSES]
-    for step in steps:
-        if step.name == "cluster":
-            step.needs = ("preflight",)
-        elif step.name != "preflight" and not step.needs:
-            step.needs = ("cluster",)
-    return steps
+    return [cls() for cls in STEP_CLASSES]
 
 
-PHASE_NAMES = tuple(cls.name for cls in STEP_CLASSES)
+def unbootstrap_steps():
+    return [cls() for cls in reversed(STEP_CLASSES)] + [LeftoverDirsStep()]

@@ -15,6 +15,8 @@ import json
 import os
 import re
 
+# A copy of files from the public Azure/azure-rest-api-specs repository (MIT), with that
+# repository's paths, at the commits its MANIFEST.json lists; AZURE_REST_SPECS points at it.
 SPECS = os.environ.get("AZURE_REST_SPECS", "/work/shared/azure-rest-specs")
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")

@@ -2,7 +2,9 @@
 
 Each test drives the emulator over raw HTTPS (no SDK, so nothing forgives a wrong shape) and
 checks the answer with the spec operation's declared statuses and response schema, strictly:
-an undeclared property fails too. Specs: /work/shared/azure-rest-specs (MANIFEST.json).
+an undeclared property fails too. Specs: files of the public Azure/azure-rest-api-specs
+repository, read from $AZURE_REST_SPECS (tests/contract/swagger.py; MANIFEST.json there lists
+the commits).
 """
 
 import base64
@@ -78,7 +80,7 @@ def test_machine_body_has_the_fields_of_the_spec_example(fresh_emulator):
 
 @pytest.mark.parametrize("api_version,spec,expected", [
     ("2026-07-15", HC_2026, 202),  # hybridcompute 10.x begin_delete accepts only 202/204
-    ("2024-07-10", HC_2022, 200),  # 9.x delete accepts only 200/204 (azure-wire.md key finding 2)
+    ("2024-07-10", HC_2022, 200),  # 9.x delete accepts only 200/204 (its generated delete)
     ("2022-08-11-preview", HC_2022, 200),
 ])
 def test_machine_delete_status_codes_follow_the_api_version(fresh_emulator, api_version, spec, expected):
@@ -176,7 +178,8 @@ def test_role_definition_and_permissions_match_the_spec(fresh_emulator):
     assert swagger.Operation(AUTH_RD, "Permissions_ListForResourceGroup").check(status, perms) == []
     assert perms["value"][0]["actions"] == ["*"]  # the operator SP is Owner
 
-    # The double slash the SDK produces for an empty parentResourcePath (azure-wire.md §1e).
+    # The double slash the SDK produces for an empty parentResourcePath (azure-mgmt-authorization's
+    # Permissions list_for_resource URL template: .../{parentResourcePath}/{resourceType}/...).
     status, _, perms = fresh_emulator.arm_call(
         "GET", f"/subscriptions/{C.SUBSCRIPTION_ID}/resourcegroups/{C.CLUSTER_RG}/providers/"
                f"Microsoft.ContainerService//managedClusters/{C.CLUSTER_NAME}/providers/Microsoft.Authorization/"

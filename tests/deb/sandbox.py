@@ -21,10 +21,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from aks_flex_node import config, maintscript
-from aks_flex_node.engine.ledger import LEDGER_PATH, STATE_DIR
-from aks_flex_node.engine.status import STATUS_PATH
-from aks_flex_node.operations import PENDING_MARKER
+from aks_flex_node import config, maintscript, paths
 from tests.deb import debtools
 
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -60,11 +57,11 @@ Filename: /var/cache/debconf/templates.dat
 """
 
 CONF = config.DEFAULT_PATH
-SECRET = maintscript.SECRET_PATH
-STATE = STATE_DIR
-PENDING = PENDING_MARKER
-LEDGER = LEDGER_PATH
-STATUS = STATUS_PATH
+SECRET = paths.SECRET
+STATE = paths.STATE_DIR
+PENDING = paths.PENDING
+LEDGER = paths.LEDGER
+STATUS = paths.STATUS
 
 
 class Sandbox:

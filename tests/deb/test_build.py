@@ -30,7 +30,8 @@ def test_depends_carries_the_floors_of_py3dist_overrides(built_deb):
 
 
 def test_every_install_requires_entry_became_a_dependency(built_deb):
-    # dh_python3 silently drops a distribution it cannot map (debian-packaging.md §4): read
+    # dh_python3 silently drops a distribution it cannot map (dh_python3(1),
+    # /usr/share/doc/dh-python/README.PyDist): read
     # the build log for its "Cannot find package" notice.
     log = built_deb.log.read_text()
     assert "Cannot find package" not in log, log

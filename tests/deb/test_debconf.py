@@ -180,7 +180,8 @@ def test_a_hand_edited_value_survives_a_reconfigure(sandbox):
     sandbox.set_conf_value("subscription_id", other_subscription)
     sandbox.set_conf_value("machine_name", "edited-by-hand")
     sandbox.set_conf_value("max_pods", "42")  # a key debconf does not ask about
-    # A later preseed of a different value loses against the file (debian-packaging.md §1.1).
+    # A later preseed of a different value loses against the file (debconf-devel(7), "Config file
+    # handling"; docs/preseed.md#file-wins).
     sandbox.preseed({"machine_name": ("string", "from-preseed")})
     reconfigure(sandbox)
     assert sandbox.conf_value("subscription_id") == other_subscription

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from aks_flex_node import maintscript
+from aks_flex_node import debconf_answers, lifecycle, maintscript
 from aks_flex_node.host import Host
 from tests.deb import sandbox as sb_mod
 from tests.deb.conftest import require_tools
@@ -41,17 +41,17 @@ def test_join_reason(monkeypatch, action, version, pending, env, expected):
 
 def test_no_join_into_another_root_unless_the_live_commands_are_stand_ins(tmp_path, monkeypatch):
     monkeypatch.delenv("AKS_FLEX_NODE_HOST_BIN", raising=False)
-    blocker = maintscript.live_system_blocker(Host(tmp_path))
+    blocker = lifecycle.live_system_blocker(Host(tmp_path))
     assert blocker and "DPKG_ROOT" in blocker and str(tmp_path) in blocker
     monkeypatch.setenv("AKS_FLEX_NODE_HOST_BIN", str(tmp_path))
-    assert maintscript.live_system_blocker(Host(tmp_path)) is None
+    assert lifecycle.live_system_blocker(Host(tmp_path)) is None
 
 
 def test_file_values_are_read_as_sh_reads_them():
     text = "[azure]\n# tenant_id = commented\ntenant_id = a\n  tenant_id=b  \nsubscription_id =\n"
-    assert maintscript._file_value(text, "tenant_id") == "b"
-    assert maintscript._file_value(text, "subscription_id") == ""
-    assert maintscript._file_value(text, "cloud") is None
+    assert debconf_answers.file_value(text, "tenant_id") == "b"
+    assert debconf_answers.file_value(text, "subscription_id") == ""
+    assert debconf_answers.file_value(text, "cloud") is None
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "soon"])

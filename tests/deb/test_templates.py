@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from aks_flex_node import config, maintscript
+from aks_flex_node import config, debconf_answers
 from tests.deb import debtools
 from tests.deb.conftest import require_tools
 
@@ -92,9 +92,10 @@ def test_only_templates_are_used_that_exist(templates):
         text = (debtools.DEBIAN / script).read_text()
         used |= set(re.findall(r'db_\w+\s+(?:"?\$?\w+"?\s+)?"?aks-flex-node/([a-z_/]+)', text))
         used |= set(re.findall(r"^\s*ask (\w+)", text, re.M))
-    library = (debtools.REPO / "aks_flex_node" / "maintscript.py").read_text()
-    used |= set(re.findall(r'(?:q|info)\("([a-z_/]+)"', library))
-    used |= set(maintscript.QUESTION_KEYS) | {maintscript.SECRET_QUESTION}
+    for module in ("maintscript.py", "debconf_channel.py", "debconf_answers.py"):
+        library = (debtools.REPO / "aks_flex_node" / module).read_text()
+        used |= set(re.findall(r'(?:q|info)\("([a-z_/]+)"', library))
+    used |= set(debconf_answers.QUESTION_KEYS) | {debconf_answers.SECRET_QUESTION}
     assert {"join", "invalid", "tenant_id", "on_join_failure", "progress/phase"} <= used
     assert sorted(u for u in used if f"aks-flex-node/{u}" not in templates) == []
 
@@ -103,7 +104,7 @@ def test_the_question_to_key_map_is_the_same_in_sh_and_python():
     text = (debtools.DEBIAN / "config").read_text()
     block = re.search(r'QUESTION_KEYS="([^"]*)"', text).group(1)
     pairs = dict(pair.split(":") for pair in block.split())
-    assert pairs == maintscript.QUESTION_KEYS
+    assert pairs == debconf_answers.QUESTION_KEYS
     for key in pairs.values():
         config.section_of(key)  # a real configuration key
 
@@ -139,7 +140,7 @@ def test_docs_and_the_example_preseed_cover_every_question():
         if choices:
             assert seeded[name][1] in choices, name
     # The example's answers make a valid configuration (the secret's file aside).
-    values = {key: seeded[q][1] for q, key in maintscript.QUESTION_KEYS.items()}
+    values = {key: seeded[q][1] for q, key in debconf_answers.QUESTION_KEYS.items()}
     with pytest.raises(Exception) as err:
         config.from_values(values)
     assert [p.key for p in err.value.problems] == ["sp_client_secret_file"]

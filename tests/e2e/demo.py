@@ -30,7 +30,7 @@ import time
 import types
 
 from aks_flex_node.azure import roles
-from aks_flex_node.operations import PENDING_MARKER
+from aks_flex_node.paths import PENDING as PENDING_MARKER
 from tests.e2e import container as ct
 from tests.e2e import node as n
 from tests.e2e.repository import Repo

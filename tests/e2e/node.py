@@ -15,7 +15,7 @@ import shlex
 import subprocess
 import time
 
-from aks_flex_node.operations import PENDING_MARKER
+from aks_flex_node.paths import PENDING as PENDING_MARKER
 from tests import harness
 from tests.deb import debtools
 from tests.e2e.container import system_env

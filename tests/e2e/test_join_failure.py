@@ -4,7 +4,7 @@ service completes the join by itself."""
 
 import pytest
 
-from aks_flex_node.operations import PENDING_MARKER
+from aks_flex_node.paths import PENDING as PENDING_MARKER
 from tests.e2e import node as n
 
 pytestmark = pytest.mark.e2e

@@ -2,10 +2,11 @@
 
 One HTTPS listener per cluster (so each cluster's kubeconfig points at its own server),
 same CA as everything else. Authentication: Bearer tokens the emulator minted for the AKS
-server application (azure-wire.md §3.5), the cluster admin's static token, or the admin
-client certificate (O=system:masters). Authorization mimics AKS with Azure RBAC: the
+server application (Azure/kubelogin docs/book/src/concepts/aks.md), the cluster admin's
+static token, or the admin client certificate (O=system:masters). Authorization mimics AKS with Azure RBAC: the
 token's principal needs AKS RBAC Cluster Admin or the Flex Node Agent role at the cluster
-or a parent scope, and only after `rbac_propagation_delay` seconds (azure-wire.md §5.4).
+or a parent scope, and only after `rbac_propagation_delay` seconds (Learn: role changes can
+take minutes to apply, https://learn.microsoft.com/azure/role-based-access-control/troubleshooting).
 """
 
 import copy

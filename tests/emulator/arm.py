@@ -33,7 +33,8 @@ def base_url(req):
 
 
 def common_headers(req):
-    """Headers real ARM adds to every answer (azure-wire.md §1f, §5.1)."""
+    """Headers real ARM adds to every answer (rate-limit headers: Learn
+    https://learn.microsoft.com/azure/azure-resource-manager/management/request-limits-and-throttling)."""
     kind = {"GET": "reads", "HEAD": "reads", "DELETE": "deletes"}.get(req.method, "writes")
     request_id = str(uuid.uuid4())
     return {
@@ -113,8 +114,9 @@ def require_resource_group(state, sub, rg):
 
 
 def require_registered(state, sub, namespace):
-    """409 MissingSubscriptionRegistration for a namespace not registered (azure-wire.md §1f:
-    the SDK's auto-registration policy parses the namespace from the quoted part)."""
+    """409 MissingSubscriptionRegistration for a namespace not registered (azure-mgmt-core's
+    ARMAutoResourceProviderRegistrationPolicy parses the namespace from the quoted part:
+    Azure/azure-sdk-for-python sdk/core/azure-mgmt-core/azure/mgmt/core/policies/_base.py)."""
     ns = namespace.lower()
     if ns in state.settings["unregistered_providers"] and \
             state.data["providers"].get(f"{sub}/{ns}".lower()) != "Registered":

@@ -1,6 +1,10 @@
 """Microsoft.Authorization 2022-04-01: roleAssignments, roleDefinitions, permissions.
 
-Rules and messages from azure-wire.md §1b/§1c/§1e and Learn "Troubleshoot Azure RBAC":
+Rules and messages from the 2022-04-01 spec (Azure/azure-rest-api-specs, specification/authorization/
+resource-manager/Microsoft.Authorization/stable/2022-04-01/authorization-RoleAssignmentsCalls.json)
+and Learn "Troubleshoot Azure RBAC"
+(https://learn.microsoft.com/azure/role-based-access-control/troubleshooting); the
+RoleAssignmentExists wording comes from public CLI transcripts, not from Learn:
 201 on create, 200 on an identical re-PUT, 400 RoleAssignmentUpdateNotPermitted when a name
 is reused with other properties, 409 RoleAssignmentExists when (scope, role, principal) is
 already assigned under another name, PrincipalNotFound for a principal not yet replicated
@@ -115,7 +119,7 @@ def _assignment(app, req, caller, scope, name):
     if req.method == "GET":
         arm.authorize(state, caller, scope or "/", f"{TYPE}/read")
         if not here:
-            # Code seen in third-party code, not verified live (azure-wire.md §1b, §7).
+            # Code seen in third-party clients; not documented on Learn, not verified live.
             arm.fail(404, "RoleAssignmentNotFound", f"The role assignment '{name}' is not found.")
         return Response.json(200, render(state, record))
     if req.method == "DELETE":
@@ -134,7 +138,7 @@ def _assignment(app, req, caller, scope, name):
 def _create(app, req, caller, scope, name, existing):
     state = app.state
     if not _GUID.match(name):
-        # The exact ARM code for a non-GUID name is unverified (azure-wire.md §7).
+        # The exact ARM code for a non-GUID name is not documented on Learn (unverified).
         arm.fail(400, "InvalidRoleAssignmentId",
                  f"The role assignment ID '{name}' is not valid. The role assignment ID must be a GUID.")
     body = req.json()

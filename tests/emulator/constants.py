@@ -46,17 +46,20 @@ CLUSTER2_ID = (
 # A resource group with no cluster, for Arc machines kept apart from the cluster.
 ARC_RG = "rg-arc"
 
-# ARM audience and scope (azure-wire.md §2.1: the scope is always this, even with a custom base_url).
+# ARM audience and scope: the azure-mgmt-* clients' default credential_scopes (their
+# _configuration.py in Azure/azure-sdk-for-python), the same even with a custom base_url.
 ARM_AUDIENCE = "https://management.azure.com"
 ARM_SCOPE = "https://management.azure.com/.default"
 
-# AKS AAD server application ID, "the same in all environments" (azure-wire.md §3.5).
+# AKS AAD server application ID, "the same in all environments" (Azure/kubelogin
+# docs/book/src/concepts/aks.md).
 AKS_SERVER_APP_ID = "6dae42f8-4368-4678-94ff-3960e28e3630"
-# The public client kubelogin uses (azure-wire.md §3.5).
+# The public client kubelogin uses (same page).
 KUBELOGIN_CLIENT_ID = "80faf920-1908-4b52-b5ef-a8e7bedfc67a"
 
-# Built-in role definition GUIDs (azure-wire.md §1c; Owner, Contributor and User Access
-# Administrator from Learn "Azure built-in roles", general.md / privileged.md).
+# Built-in role definition GUIDs (Learn "Azure built-in roles":
+# https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/general, .../containers,
+# .../hybrid-multicloud; Owner, Contributor and User Access Administrator: .../privileged).
 ROLE_OWNER = "8e3af657-a8ff-443c-a75f-2beee8dd80d6"
 ROLE_CONTRIBUTOR = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 ROLE_USER_ACCESS_ADMIN = "18d7d88d-d35e-4fb5-a5c3-7773c20a72d9"
@@ -65,13 +68,14 @@ ROLE_AKS_RBAC_CLUSTER_ADMIN = "b1ff04bb-8a4e-4dc4-8eb5-8693973ce19b"
 ROLE_AKS_CLUSTER_ADMIN = "0ab0b1a8-8aac-4efd-b8c2-3ee1fb270be8"
 ROLE_AKS_CLUSTER_USER = "4abbcc35-e782-43d8-92c5-2d3f1bd2253f"
 ROLE_CONNECTED_MACHINE_ONBOARDING = "b64e21ea-ac4e-4cdf-9dc9-5b892992bee7"
-# upstream-go-agent.md §7 (#306): "Azure Kubernetes Service Flex Node Agent Role".
+# Azure/AKSFlexNode #306, docs/usage/getting-started.md: "Azure Kubernetes Service Flex Node Agent Role".
 ROLE_AKS_FLEX_NODE_AGENT = "8f139b0f-7eaf-460b-a9da-5b1246d9ed0d"
 
 # Roles that let a principal use the kube-apiserver stand-in (its Azure RBAC check).
 APISERVER_ROLES = (ROLE_AKS_RBAC_CLUSTER_ADMIN, ROLE_AKS_FLEX_NODE_AGENT)
 
-# api-versions of interest (azure-wire.md "api-versions per SDK version" and the Debian appendix).
+# api-versions of interest: each SDK release's default (its _configuration.py in
+# Azure/azure-sdk-for-python; for Debian 12, the copies in python3-azure 20230112+git-1).
 HYBRIDCOMPUTE_API_CURRENT = "2026-07-15"  # azure-mgmt-hybridcompute 10.0.0: begin_delete, 202/204
 HYBRIDCOMPUTE_API_DEBIAN = "2022-08-11-preview"  # 8.0.0b1: sync delete, 200/204
 AUTHORIZATION_API = "2022-04-01"

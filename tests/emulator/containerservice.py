@@ -1,8 +1,9 @@
 """Microsoft.ContainerService/managedClusters: GET and the two credential listings.
 
 Bodies follow ManagedClustersGet.json and ManagedClustersListClusterAdminCredentials.json
-(2026-08-01). A credential `value` is a base64 kubeconfig (azure-wire.md §1d) whose server
-is this cluster's kube-apiserver stand-in and whose CA is the emulator CA. The user
+(2026-08-01). A credential `value` is a base64 kubeconfig (`format: byte` in the spec's
+CredentialResult) whose server is this cluster's kube-apiserver stand-in and whose CA is the
+emulator CA. The user
 credential carries an exec/kubelogin user and no secret; the admin one a client certificate.
 """
 
@@ -64,7 +65,8 @@ def _yaml_scalar(value):
 
 
 def user_kubeconfig(cl, server, ca_pem):
-    """The clusterUser kubeconfig of an AAD cluster: exec/kubelogin, no secret (azure-wire.md §1d, §4.5)."""
+    """The clusterUser kubeconfig of an AAD cluster: exec/kubelogin, no secret (kubelogin's
+    get-token arguments: Azure/kubelogin docs/book/src/concepts/aks.md)."""
     user = f"clusterUser_{cl['resource_group']}_{cl['name']}"
     args = ["get-token", "--environment", "AzurePublicCloud", "--server-id", c.AKS_SERVER_APP_ID,
             "--client-id", c.KUBELOGIN_CLIENT_ID, "--tenant-id", c.TENANT_ID, "--login", "devicecode"]
@@ -160,7 +162,7 @@ def handle(app, req, caller, sub, rg, rest):
         name = "clusterUser"
     else:
         if not cl["local_accounts"]:
-            # Learn: AKS manage-local-accounts-managed-azure-ad (azure-wire.md §1d).
+            # Learn: https://learn.microsoft.com/azure/aks/manage-local-accounts-managed-azure-ad
             arm.fail(400, "BadRequest", "Getting static credential is not allowed because this cluster is set to "
                                         "disable local accounts.")
         admin = _admin_identity(app, cl)

@@ -1,8 +1,11 @@
 """Microsoft Entra ID (AAD) v2.0 endpoints, as far as client-credential clients need them.
 
-Wire facts from azure-wire.md §2.1/§2.2: the tenant discovery document must carry
-authorization_endpoint and token_endpoint (MSAL raises KeyError otherwise); the token POST
-is form-encoded; errors are {"error", "error_description": "AADSTS...", "error_codes", ...}.
+Wire facts from MSAL for Python (AzureAD/microsoft-authentication-library-for-python,
+msal/authority.py) and Learn's client credentials flow
+(https://learn.microsoft.com/entra/identity-platform/v2-oauth2-client-creds-grant-flow):
+the tenant discovery document must carry authorization_endpoint and token_endpoint (MSAL
+raises KeyError otherwise); the token POST is form-encoded; errors are
+{"error", "error_description": "AADSTS...", "error_codes", ...}.
 Access tokens are opaque random strings the emulator remembers (the SDKs never decode them).
 """
 
@@ -95,7 +98,8 @@ def _discovery_document(req, tenant):
 
 
 def _instance_discovery(req):
-    """Answer like AAD's instance discovery, for clients that do not disable it (azure-wire.md §2.2)."""
+    """Answer like AAD's instance discovery, for clients that do not disable it (MSAL's
+    msal/authority.py calls it for a host it does not know)."""
     endpoint = req.q("authorization_endpoint") or f"{base_url(req)}/common/oauth2/v2.0/authorize"
     parts = urllib.parse.urlsplit(endpoint)
     tenant = (parts.path.strip("/").split("/") or ["common"])[0] or "common"

@@ -1,11 +1,13 @@
 """Arc HIMDS (Hybrid Instance Metadata Service) token endpoint, plain HTTP like the real one.
 
-The challenge protocol (azure-wire.md §3.2): a GET with `Metadata: true` and no
-Authorization gets 401 + `WWW-Authenticate: Basic realm=<key_dir>/<random>.key` after a
-random secret is written to that file (0600); the same GET with `Authorization: Basic
-<file contents>` gets an IMDS-style token (numbers as strings) for the identity of the
-machine `azcmagent connect` bound to this host. A key is single-use and expires after
-`himds_key_ttl` seconds (~60 s per azure-wire.md §3.3, unverified).
+The challenge protocol (Learn:
+https://learn.microsoft.com/azure/azure-arc/servers/managed-identity-authentication): a GET
+with `Metadata: true` and no Authorization gets 401 + `WWW-Authenticate: Basic
+realm=<key_dir>/<random>.key` after a random secret is written to that file (0600); the same
+GET with `Authorization: Basic <file contents>` gets an IMDS-style token (numbers as
+strings) for the identity of the machine `azcmagent connect` bound to this host. A key is
+single-use and expires after `himds_key_ttl` seconds (~60 s is a reported figure; Learn
+documents no lifetime: unverified).
 """
 
 import os
@@ -17,7 +19,7 @@ from tests.emulator.entra import KNOWN_RESOURCES
 from tests.emulator.httpbase import HttpError, Response
 
 TOKEN_PATH = "/metadata/identity/oauth2/token"
-API_VERSIONS = ("2019-11-01", "2020-06-01")  # azure-wire.md §3.2: accept both
+API_VERSIONS = ("2019-11-01", "2020-06-01")  # Learn's Arc samples use both: accept both
 
 
 def _error(status, error, description, headers=None):

@@ -18,7 +18,8 @@ DROP = object()
 
 def normalize_path(path):
     """Collapse repeated slashes and drop a trailing one: the SDKs produce both
-    (e.g. `Microsoft.ContainerService//managedClusters`, azure-wire.md §1e)."""
+    (e.g. `Microsoft.ContainerService//managedClusters` from azure-mgmt-authorization's
+    permissions.list_for_resource with an empty parentResourcePath)."""
     parts = [p for p in path.split("/") if p]
     return "/" + "/".join(parts)
 
@@ -32,7 +33,8 @@ class Request:
         self.segments = [urllib.parse.unquote(p) for p in self.path.split("/") if p]
         self.lower = [s.lower() for s in self.segments]
         self.query_string = split.query
-        # Parse, never match as a string: the SDKs order parameters differently (azure-wire.md §1b).
+        # Parse, never match as a string: the SDKs order parameters differently (azure-mgmt-authorization's
+        # role-assignment list_for_scope sends $filter first, list_for_subscription api-version first).
         self.query = {}
         for key, value in urllib.parse.parse_qsl(split.query, keep_blank_values=True):
             self.query.setdefault(key.lower(), value)

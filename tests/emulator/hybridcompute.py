@@ -1,7 +1,8 @@
 """Microsoft.HybridCompute/machines: what `azcmagent connect` creates and the SDK reads/deletes.
 
 Bodies follow the spec example Machines_Get.json (2026-07-15). DELETE answers per
-api-version (azure-wire.md key finding 2): hybridcompute 10.x (api >= 2025) uses
+api-version (azure-mgmt-hybridcompute's generated operations in Azure/azure-sdk-for-python,
+and the spec examples Machines_Delete.json): hybridcompute 10.x (api >= 2025) uses
 begin_delete and accepts only 202/204; 9.x/8.x use a synchronous delete that accepts only
 200/204. 204 always means "nothing there".
 """
@@ -225,7 +226,8 @@ def handle_subscription_level(app, req, caller, sub, rest):
         if op is None:
             arm.fail(404, "OperationNotFound", f"The operation '{rest[3]}' could not be found.")
         if low[2] == "operationresults":
-            # Location polling: 202 while running, 204 when done (azure-wire.md §1a).
+            # Location polling: 202 while running, 204 when done (Learn "Track asynchronous Azure
+            # operations": https://learn.microsoft.com/azure/azure-resource-manager/management/async-operations).
             return Response.empty(202 if op["status"] == "InProgress" else 204,
                                   {"Location": f"{arm.base_url(req)}{req.path}?{req.query_string}"}
                                   if op["status"] == "InProgress" else None)

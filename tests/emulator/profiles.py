@@ -11,36 +11,39 @@ from tests.emulator import constants as c
 # Every runtime setting, its default and its type. POST /_emulator/settings accepts only these.
 SETTINGS = {
     # Seconds after a role assignment is created before the kube-apiserver stand-in honours it
-    # (azure-wire.md §5.4: "up to 10 minutes" in Azure; 1 s keeps tests fast but non-zero).
+    # (Learn RBAC troubleshooting: "up to 10 minutes" in Azure; 1 s keeps tests fast but non-zero).
     "rbac_propagation_delay": (1.0, float),
     # Seconds after a principal is created during which a role assignment without
-    # principalType=ServicePrincipal fails with PrincipalNotFound (azure-wire.md §1b).
+    # principalType=ServicePrincipal fails with PrincipalNotFound (Learn RBAC troubleshooting:
+    # https://learn.microsoft.com/azure/role-based-access-control/troubleshooting).
     "principal_replication_delay": (10.0, float),
     # Seconds before a new Arc machine's identity.principalId shows in GET (upstream polls for it).
     "arc_identity_delay": (0.0, float),
     # Lifetimes of the tokens the emulator mints.
     "arm_token_lifetime": (3599, int),
     "himds_token_lifetime": (3600, int),
-    # Seconds a HIMDS challenge key stays valid (azure-wire.md §3.3: ~60 s, unverified).
+    # Seconds a HIMDS challenge key stays valid (~60 s is a reported figure; Learn documents
+    # no lifetime: unverified).
     "himds_key_ttl": (60.0, float),
     # "auto": 202 + Azure-AsyncOperation for api-versions >= 2025 (hybridcompute 10.x
-    # begin_delete), 200 before (9.x/8.x delete); "204": always 204 (azure-wire.md key finding 2).
+    # begin_delete), 200 before (9.x/8.x delete); "204": always 204, which both accept.
     "machine_delete_mode": ("auto", str),
     # Seconds an accepted machine DELETE stays InProgress before it succeeds.
     "lro_delay": (0.0, float),
     # Retry-After on the 202 of a DELETE; None leaves it out, so clients poll at their own
-    # polling_interval (azure-wire.md key finding 7).
+    # polling_interval (azure-core's azure/core/polling/base_polling.py).
     "lro_retry_after": (None, int),
     # Page size of list operations; a smaller value makes clients follow nextLink.
     "page_size": (100, int),
     # How a role assignment's roleDefinitionId is written back: "subscription"
     # (/subscriptions/{sub}/providers/...) or "provider" (/providers/..., as in the spec
-    # examples). Clients must compare by the trailing GUID (azure-wire.md §1b).
+    # examples in Azure/azure-rest-api-specs). Clients must compare by the trailing GUID.
     "role_definition_id_style": ("subscription", str),
-    # Role assignments allowed per subscription (azure-wire.md §5.5: 4,000 in Azure).
+    # Role assignments allowed per subscription (4,000 in Azure: Learn
+    # https://learn.microsoft.com/azure/role-based-access-control/troubleshoot-limits).
     "role_assignment_limit": (4000, int),
     # Resource-provider namespaces not registered on the subscription: requests to them get
-    # 409 MissingSubscriptionRegistration (azure-wire.md §1f).
+    # 409 MissingSubscriptionRegistration (what azure-mgmt-core's auto-registration policy handles).
     "unregistered_providers": ([], list),
 }
 

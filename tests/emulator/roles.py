@@ -1,9 +1,12 @@
 """Built-in role definitions and the effective-permission check ARM makes before acting.
 
-Permissions are from the Learn built-in-roles pages as summarised in azure-wire.md §1c
-(Owner, Contributor, User Access Administrator: Learn general.md / privileged.md). The AKS
-Flex Node Agent role (upstream-go-agent.md §7, #306) has no published permission list: the
-one below is an assumption (read the cluster, act on nodes), good enough for the emulator.
+Permissions are from the Learn built-in-roles pages
+(https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/general, .../containers,
+.../hybrid-multicloud and .../privileged for Owner, Contributor, User Access Administrator). The
+AKS Flex Node Agent role (Azure/AKSFlexNode #306) is documented upstream only at agent-pool scope
+(docs/usage/getting-started.md: listBootstrapData and machines read/write, no DataActions); the
+one below is an assumption for this project's cluster-scope use (read the cluster, act on
+nodes), good enough for the emulator.
 """
 
 import re

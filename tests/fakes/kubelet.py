@@ -3,9 +3,10 @@
 
 `kubelet --version` prints `Kubernetes v<VERSION>`. Otherwise it reads the kubeconfig at
 $FAKE_ROOT + --kubeconfig (JSON, or YAML when PyYAML is importable), authenticates like
-client-go (azure-wire.md §4): a static token, or the user's exec plugin run with
-KUBERNETES_EXEC_INFO set, whose ExecCredential must carry the configured apiVersion, cached
-until its expirationTimestamp passes or the server answers 401. With the kubeconfig's CA it
+client-go (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#client-go-credential-plugins):
+a static token, or the user's exec plugin run with KUBERNETES_EXEC_INFO set, whose
+ExecCredential must carry the configured apiVersion, cached until its expirationTimestamp
+passes or the server answers 401. With the kubeconfig's CA it
 POSTs its Node to `server` (name from --hostname-override, labels from --node-labels, taints
 from --register-with-taints), then PATCHes status Ready=True every $FAKE_KUBELET_INTERVAL
 seconds (default 2) until SIGTERM. Like the real one it registers once: a Node deleted
@@ -164,7 +165,8 @@ class Credential:
                 return f.read().strip()
         if "exec" not in self.user:
             raise KubeletError(f"user {self.user_name!r} has neither token, tokenFile nor exec")
-        # client-go's credsExpired() is now().After(exp), with no skew margin (azure-wire.md §4.4).
+        # client-go's credsExpired() is now().After(exp), with no skew margin (kubernetes/client-go
+        # plugin/pkg/client/auth/exec/exec.go).
         if self.token is None or (self.expiry is not None and time.time() > self.expiry):
             self.token, self.expiry = self._run_plugin()
         return self.token
@@ -255,7 +257,7 @@ class ApiClient:
         except urllib.error.HTTPError as e:
             self.contact["at"] = time.time()
             if e.code == 401:
-                self.credential.invalidate()  # re-run the plugin for the next request (azure-wire.md §4.4)
+                self.credential.invalidate()  # re-run the plugin for the next request (client-go exec.go)
             try:
                 return e.code, json.loads(e.read() or b"null")
             except ValueError:

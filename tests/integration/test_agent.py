@@ -57,7 +57,8 @@ def test_agent_completes_a_pending_join_once_azure_answers(node):
         assert not os.path.exists(node.path(PENDING)), "a successful join clears the pending mark"
         assert node.cli("status", "--wait", "--timeout", "5").returncode == 0
         assert len(node.emu.state()["machines"]) == 1
-        # Local passes converge the host without reading ARM (throttling: azure-wire.md §5.1).
+        # Local passes converge the host without reading ARM (throttling: Learn
+        # https://learn.microsoft.com/azure/azure-resource-manager/management/request-limits-and-throttling).
         arm_reads = len(node.emu.requests(server="arm"))
         passes = status(node)["started"]
         assert wait_for(lambda: status(node).get("pass") == "local"

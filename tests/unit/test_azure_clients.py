@@ -77,7 +77,7 @@ def test_throttled_get_waits_for_retry_after(fresh_emulator, azure_clients):
 
 
 def test_throttled_post_with_retry_after_is_retried(fresh_emulator, azure_clients):
-    # azure-core retries any method on a status >= 400 with Retry-After (azure-wire.md §5.2).
+    # azure-core retries any method on a status >= 400 with Retry-After (policies/_retry.py).
     fresh_emulator.faults([{
         "match": {"method": "POST", "path_regex": "listClusterUserCredential", "times": 1},
         "respond": {"status": 429, "headers": {"Retry-After": "1"},

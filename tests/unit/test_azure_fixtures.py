@@ -27,7 +27,7 @@ def no_proxy(monkeypatch):
 @pytest.fixture
 def endpoints(fresh_emulator, no_proxy):
     # The emulator's tokens are for the public ARM audience whatever the base URL
-    # (azure-wire.md §2.1), so the scope is given explicitly.
+    # (the azure-mgmt-* clients' default credential_scopes), so the scope is given explicitly.
     return CloudEndpoints(CUSTOM, fresh_emulator.arm, fresh_emulator.authority, C.ARM_SCOPE, fresh_emulator.ca_bundle)
 
 
@@ -60,7 +60,8 @@ def operator(endpoints, secret_file):
 
 @pytest.fixture
 def azure_clients(endpoints, operator):
-    # polling_interval=0: the emulator's LROs finish at once (azure-wire.md key finding 7).
+    # polling_interval=0: the emulator's LROs finish at once (azure-core ignores Retry-After: 0 and
+    # polls at polling_interval, 30 s by default: azure/core/polling/base_polling.py).
     with Clients(endpoints, operator, polling_interval=0) as clients:
         yield clients
 

@@ -50,7 +50,7 @@ def test_ensure_twice_is_idempotent(fresh_emulator, azure_clients, principal):
 
 
 def test_request_carries_service_principal_type_and_cluster_subscription_role(fresh_emulator, azure_clients, principal):
-    # A principal this young fails without principalType (azure-wire.md §1b): it must pass first time.
+    # A principal this young fails without principalType (Learn: Troubleshoot Azure RBAC): it must pass first time.
     fresh_emulator.settings(principal_replication_delay=60)
     assignment = rbac.ensure_assignment(azure_clients, SCOPE, C.ROLE_AKS_RBAC_CLUSTER_ADMIN, principal)
     assert assignment.created
@@ -145,31 +145,6 @@ def test_delete_assignment_present_then_absent(fresh_emulator, azure_clients, pr
     assert rbac.delete_assignment(azure_clients, made.id) is True
     assert rbac.assignments_for(azure_clients, SCOPE, principal) == []
     assert rbac.delete_assignment(azure_clients, made.id) is False
-
-
-def test_role_definition_exists(azure_clients):
-    assert rbac.role_definition_exists(azure_clients, SCOPE, roles.AKS_FLEX_NODE_AGENT.guid) is True
-    assert rbac.role_definition_exists(azure_clients, SCOPE, "00000000-0000-4000-8000-000000000001") is False
-
-
-def test_wait_until_visible_returns_once_all_are_listed(fresh_emulator, azure_clients, principal):
-    wanted = [r.guid for r in roles.preset("legacy")]
-    for guid in wanted[:2]:
-        rbac.ensure_assignment(azure_clients, SCOPE, guid, principal)
-    polls = []
-
-    def sleep(seconds):  # the third role shows up while we wait
-        polls.append(seconds)
-        rbac.ensure_assignment(azure_clients, SCOPE, wanted[2], principal)
-
-    found = rbac.wait_until_visible(azure_clients, SCOPE, principal, wanted, timeout=30, sleep=sleep)
-    assert sorted(a.role_guid for a in found) == sorted(wanted)
-    assert polls == [1.0]  # checked at once, then once more: no fixed sleep
-
-
-def test_wait_until_visible_is_bounded(azure_clients, principal):
-    with pytest.raises(TemporaryError, match=f"still missing: {C.ROLE_READER}"):
-        rbac.wait_until_visible(azure_clients, SCOPE, principal, [C.ROLE_READER], timeout=0.2, first_delay=0.05)
 
 
 def test_bad_inputs_name_the_field(azure_clients):

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from aks_flex_node import clouds, config
+from aks_flex_node import clouds, config, paths
 from aks_flex_node.errors import ConfigError
 
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
@@ -102,7 +102,7 @@ EVERY_DEFAULT = {
     "cni_url": "https://github.com/containernetworking/plugins/releases/download/v{version}/cni-plugins-linux-{arch}-v{version}.tgz",
     "cni_sha256_url": "{url}.sha256",
     "artifact_mirror": "",
-    "cache_dir": "/var/cache/aks-flex-node",
+    "cache_dir": paths.DEFAULT_CACHE_DIR,
     "node_labels": ["kubernetes.azure.com/managed=false"],
     "node_taints": [],
     "max_pods": 110,

@@ -1,5 +1,7 @@
-"""The HIMDS challenge protocol (azure-wire.md §3.2) with a stdlib client, and what its tokens
-are good for: the kube-apiserver stand-in, once RBAC has propagated."""
+"""The HIMDS challenge protocol (Learn:
+https://learn.microsoft.com/azure/azure-arc/servers/managed-identity-authentication) with a
+stdlib client, and what its tokens are good for: the kube-apiserver stand-in, once RBAC has
+propagated."""
 
 import os
 import stat
@@ -176,7 +178,7 @@ def test_azure_identity_arc_credential_reads_the_challenge_path(fresh_emulator, 
     major, minor = (int(p) for p in azure.identity.__version__.split(".")[:2])
     if (major, minor) >= (1, 19):
         pytest.skip("azure-identity >= 1.19 hands Arc to MSAL, which reads keys only from "
-                    "/var/opt/azcmagent/tokens (azure-wire.md key finding 3)")
+                    "/var/opt/azcmagent/tokens (msal/managed_identity.py)")
     connect(fresh_emulator)
     monkeypatch.setenv("IDENTITY_ENDPOINT", fresh_emulator.himds)
     monkeypatch.setenv("IMDS_ENDPOINT", fresh_emulator.himds.split("/metadata")[0])

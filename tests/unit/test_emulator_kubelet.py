@@ -19,7 +19,7 @@ from tests.emulator import constants as C
 V1 = "client.authentication.k8s.io/v1"
 V1BETA1 = "client.authentication.k8s.io/v1beta1"
 
-# An exec credential plugin as client-go expects one (azure-wire.md §4), getting its token
+# An exec credential plugin as client-go expects one (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#client-go-credential-plugins), getting its token
 # from HIMDS with the challenge. TEST_* knobs (from the kubeconfig's exec env) make it misbehave.
 PLUGIN = textwrap.dedent(f"""\
     #!{sys.executable}

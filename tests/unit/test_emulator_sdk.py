@@ -1,7 +1,8 @@
 """The real Azure SDK clients (whichever versions this interpreter has) against the emulator.
 
 What the emulator must get right for each SDK release: api-versions, status codes the
-generated code accepts (machine DELETE differs by release: azure-wire.md key finding 2),
+generated code accepts (machine DELETE differs by release: azure-mgmt-hybridcompute 10.x
+begin_delete takes 202/204, 9.x/8.x delete 200/204),
 error codes mapped to exceptions, and the retry behaviour faults provoke.
 """
 

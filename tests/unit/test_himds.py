@@ -14,7 +14,8 @@ from aks_flex_node.errors import ExitCode
 
 
 class HimdsStandIn:
-    """Answers like Arc HIMDS (azure-wire.md §3.2): 401 + realm, then a token for the key."""
+    """Answers like Arc HIMDS (Learn: managed-identity-authentication): 401 + realm, then a
+    token for the key."""
 
     def __init__(self, key_dir, realm=None, key="s3cret-challenge", body=None, first_status=401):
         self.key_dir = key_dir

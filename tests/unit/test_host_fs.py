@@ -1,6 +1,5 @@
 """Host paths and files: real files under a temp root."""
 
-import hashlib
 import os
 import stat
 import subprocess
@@ -40,11 +39,12 @@ def test_path_joins_node_paths_under_the_root(host):
     assert host.path("/") == host.root
     assert host.path(PurePosixPath("/opt/cni/bin")) == host.root / "opt/cni/bin"
     assert Host("/").path("/etc/hosts") == Path("/etc/hosts")
+    assert host.paths.root == host.root and host.paths.real("/etc/x") == host.path("/etc/x")
 
 
 @pytest.mark.parametrize("bad, expected", [
-    ("etc/passwd", "expected an absolute path"),
-    ("", "expected an absolute path"),
+    ("etc/passwd", "expected an absolute node path"),
+    ("", "expected an absolute node path"),
     ("/etc/../../outside", "'..' is not allowed"),
     ("/..", "'..' is not allowed"),
 ])
@@ -55,7 +55,7 @@ def test_path_rejects_relative_and_escaping_paths(host, bad, expected):
 
 
 def test_path_rejects_non_strings(host):
-    with pytest.raises(TypeError, match="expected an absolute node path"):
+    with pytest.raises(TypeError, match="path = b'/etc': expected a str"):
         host.path(b"/etc")
 
 
@@ -180,6 +180,8 @@ def test_parent_symlink_leading_out_of_the_root_is_refused(host, tmp_path):
         host.write_file("/var/run/x.pid", b"1")
     with pytest.raises(HostFileError, match="outside the root"):
         host.remove("/var/run/x")
+    with pytest.raises(HostFileError, match="outside the root"):
+        host.remove_tree("/var/run/x")
     assert list(outside.iterdir()) == []
 
 
@@ -238,44 +240,65 @@ def test_ensure_dir_with_a_file_in_the_way(host):
         host.ensure_dir("/opt/cni")
 
 
-def test_remove_absent_file_and_tree(host):
+def test_remove_takes_files_and_empty_directories(host):
     assert host.remove("/etc/absent") is False
     assert host.remove("/no/such/dir/file") is False
     host.write_file("/etc/x", b"1")
     assert host.remove("/etc/x") is True and not host.exists("/etc/x")
+    host.ensure_dir("/opt/cni/bin")
+    assert host.remove("/opt/cni/bin") is True
+    assert not host.exists("/opt/cni/bin") and host.exists("/opt/cni")
+
+
+def test_remove_refuses_a_directory_with_content(host):
+    host.write_file("/opt/cni/bin/bridge", b"1")
+    with pytest.raises(HostFileError, match=r"/opt/cni is a directory with content: not removed"):
+        host.remove("/opt/cni")
+    assert host.read_bytes("/opt/cni/bin/bridge") == b"1"
+
+
+def test_remove_tree_removes_a_tree_and_answers_leftovers(host):
+    assert host.remove_tree("/opt/absent") == []
     host.write_file("/opt/cni/bin/bridge", b"1")
     host.write_file("/opt/cni/bin/sub/loopback", b"1")
-    assert host.remove("/opt/cni") is True
+    os.mkfifo(host.path("/opt/cni/bin/fifo"))  # opened by nobody: a fifo must not block
+    assert host.remove_tree("/opt/cni") == []
     assert not host.exists("/opt/cni") and host.exists("/opt")
+    host.write_file("/etc/single", b"1")
+    assert host.remove_tree("/etc/single") == [] and not host.exists("/etc/single")
 
 
-def test_remove_never_follows_symlinks(host, tmp_path):
+def test_remove_and_remove_tree_never_follow_symlinks(host, tmp_path):
     outside = tmp_path / "precious"
     outside.mkdir()
     (outside / "data").write_bytes(b"keep")
-    host.ensure_dir("/etc/tree")
+    host.ensure_dir("/etc/tree/sub")
     os.symlink(outside, host.path("/etc/tree/link"))  # a link inside a tree
+    os.symlink(outside, host.path("/etc/tree/sub/link"))
     os.symlink(outside, host.path("/etc/link"))  # a link as the target itself
+    os.symlink(outside, host.path("/etc/link2"))
     assert host.remove("/etc/link") is True
-    assert host.remove("/etc/tree") is True
+    assert host.remove_tree("/etc/link2") == []
+    assert host.remove_tree("/etc/tree") == []
+    assert not host.exists("/etc/tree") and not host.exists("/etc/link2")
     assert (outside / "data").read_bytes() == b"keep"
 
 
-def test_remove_refuses_the_root(host):
+def test_remove_and_remove_tree_refuse_the_root(host):
     for root_spelling in ("/", "//", "/.", "/./"):
         with pytest.raises(ValueError, match="refusing to remove the root"):
             host.remove(root_spelling)
+        with pytest.raises(ValueError, match="refusing to remove the root"):
+            host.remove_tree(root_spelling)
     assert host.root.is_dir()
 
 
-def test_read_exists_sha256(host):
+def test_read_and_exists(host):
     assert host.read_bytes("/etc/none") is None
     assert host.read_text("/etc/none") is None
-    assert host.sha256("/etc/none") is None
     assert not host.exists("/etc/none")
     host.write_file("/etc/x", b"hello")
     assert host.read_bytes("/etc/x") == b"hello" and host.read_text("/etc/x") == "hello"
-    assert host.sha256("/etc/x") == hashlib.sha256(b"hello").hexdigest()
     os.symlink("/nonexistent", host.path("/etc/dangling"))
     assert host.exists("/etc/dangling")  # something is there, even if it leads nowhere
     assert host.is_dir("/etc") and not host.is_dir("/etc/x")

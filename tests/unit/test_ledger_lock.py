@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from aks_flex_node.engine.ledger import LEDGER_PATH, Ledger
+from aks_flex_node.engine.ledger import Ledger
+from aks_flex_node.paths import COMPLETE_MARKER, LEDGER as LEDGER_PATH, STATUS as STATUS_PATH
 from aks_flex_node.engine.lock import RunLock
-from aks_flex_node.engine.status import COMPLETE_MARKER, STATUS_PATH, StatusFile
+from aks_flex_node.engine.status import StatusFile
 from aks_flex_node.errors import LockHeldError
 from aks_flex_node.host import Host
 

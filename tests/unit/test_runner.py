@@ -30,7 +30,6 @@ def make_step(name, needs=(), changes=1, fail=False, sleep=0.0, gathers_facts=Tr
 
     def check(ctx):
         rec.add("check", name, time.monotonic())
-        ctx.facts.set(name, True)
         if fail:
             raise FlexNodeError(f"{name} broke", remedy="fix it")
         plan = Plan(noop_reason="fine")
@@ -152,3 +151,69 @@ def test_progress_events(rec):
     rn.Runner(steps, ctx(), progress=lambda e, r, i, t: events.append((e, r.name, i, t))).run()
     assert events == [("start", "a", 1, 2), ("finish", "a", 1, 2),
                       ("start", "b", 2, 2), ("finish", "b", 2, 2)]
+
+
+def test_an_obligation_is_written_down_before_its_action_runs(tmp_path):
+    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.engine.step import restart
+    from aks_flex_node.host import Host
+
+    host = Host(tmp_path)
+    ledger = Ledger(host)
+    seen = []
+
+    class Writes(Step):
+        name = "writes"
+
+        def check(self, ctx):
+            plan = Plan()
+            plan.add("write the config", "it differs",
+                     lambda: seen.append(Ledger(host).obligations()),
+                     owes=(restart("kubelet", "config changed"),))
+            return plan
+
+    result = rn.Runner([Writes()], Context(None, host, ledger)).run()
+    assert result.ok
+    assert seen == [[restart("kubelet", "config changed")]], "on disk before the action ran"
+    assert result.phases[0].changes[0]["owes"] == [
+        {"kind": "restart", "unit": "kubelet", "reason": "config changed"}]
+
+
+def test_a_dry_run_keeps_obligations_in_memory_only(tmp_path):
+    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.engine.step import restart
+    from aks_flex_node.host import Host
+
+    host = Host(tmp_path)
+
+    class Writes(Step):
+        name = "writes"
+
+        def check(self, ctx):
+            plan = Plan()
+            plan.add("write", "differs", lambda: None, owes=(restart("containerd", "x"),))
+            return plan
+
+    ctx = Context(None, host, Ledger(host), options={"dry_run": True})
+    rn.Runner([Writes()], ctx, dry_run=True).run()
+    assert ctx.obligations() == [restart("containerd", "x")]
+    assert Ledger(host).obligations() == []
+    assert not (tmp_path / "var/lib/aks-flex-node/ledger.json").exists()
+
+
+def test_a_step_that_does_not_apply_is_not_checked(rec):
+    class CloudRead(Step):
+        name = "cloud-read"
+        full_pass_only = True
+
+        def check(self, ctx):
+            rec.add("check", self.name, 0)
+            return Plan()
+
+    local = Context(None, None, None, options={"local_only": True})
+    result = rn.Runner([CloudRead()], local).run()
+    assert result.ok and result.phases[0].status == rn.UNCHANGED
+    assert "local pass" in result.phases[0].message
+    assert names(rec, "check") == []
+    rn.Runner([CloudRead()], ctx()).run()
+    assert names(rec, "check") == ["cloud-read"]

@@ -25,7 +25,7 @@ def node(tmp_path):
     root = tmp_path / "root"
     key_dir = root / NODE_KEY_DIR.lstrip("/")
     key_dir.mkdir(parents=True)
-    # HIMDS names the key by its path on the node (azure-wire.md §3.2).
+    # HIMDS names the key by its path on the node (WWW-Authenticate: Basic realm=<path>).
     with HimdsStandIn(str(key_dir), realm=NODE_KEY_DIR + "/challenge.key") as standin:
         conf = root / "etc/aks-flex-node/aks-flex-node.conf"
         conf.parent.mkdir(parents=True)

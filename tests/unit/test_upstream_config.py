@@ -1,4 +1,4 @@
-"""Converting the upstream Go agent's config.json (upstream-go-agent.md §2 and its README
+"""Converting the upstream Go agent's config.json (Azure/AKSFlexNode v0.0.10's pkg/config and its README
 examples, tests/data/config/upstream-*.json) into our keys."""
 
 import copy

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """himdsd, test stand-in: the Arc identity endpoint (HIMDS) on 127.0.0.1:40342.
 
-To its clients it is the real service (azure-wire.md section 3.2): a GET of
+To its clients it is the real service (Learn:
+https://learn.microsoft.com/azure/azure-arc/servers/managed-identity-authentication): a GET of
 /metadata/identity/oauth2/token with `Metadata: true` and no Authorization gets a 401 and
 `WWW-Authenticate: Basic realm=/var/opt/azcmagent/tokens/<random>.key`, after a random
 secret was written to that file (0600, root only); the same GET with
 `Authorization: Basic <the file's content>` gets the token. A key serves once, and for
-KEY_TTL seconds (about 60 s, azure-wire.md section 3.3).
+KEY_TTL seconds (about 60 s, a reported figure; Learn documents no lifetime).
 
 The token itself comes from the emulator's HIMDS (HIMDSD_UPSTREAM), through the same
 challenge: the emulator writes its key files into its own directory on the test host,

@@ -1,0 +1,41 @@
+"""The facts of a join, passed to every step (kubeadm's phases/join JoinData).
+
+Each field has one owner, the step that sets it; the others read it. A full run keeps the
+cloud facts in the ledger so that the agent's local passes reuse them instead of reading
+ARM every minute (ARM throttles reads per subscription: "Understand how Azure Resource
+Manager throttles requests", learn.microsoft.com/azure/azure-resource-manager/management/
+request-limits-and-throttling).
+"""
+
+import base64
+import dataclasses
+from typing import Any, List, Optional
+
+
+@dataclasses.dataclass
+class JoinData:
+    kubernetes_version: Optional[str] = None  # owner: cluster (the config's, else the cluster's)
+    arc_location: Optional[str] = None  # owner: cluster
+    server: Optional[str] = None  # owner: credentials (the API server URL)
+    ca_pem: Optional[bytes] = None  # owner: credentials (the cluster CA)
+    principal_id: Optional[str] = None  # owner: arc (the machine's managed identity)
+    preflight: List[Any] = dataclasses.field(default_factory=list)  # owner: preflight
+    node_token: Any = None  # the node identity's API server token, reused within a run
+
+    # What a local pass reuses from the last full run.
+    PERSISTED = ("kubernetes_version", "arc_location", "server", "ca_pem", "principal_id")
+
+    def snapshot(self):
+        out = {}
+        for key in self.PERSISTED:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = base64.b64encode(value).decode() if key == "ca_pem" else value
+        return out
+
+    @classmethod
+    def restore(cls, snapshot):
+        values = {k: v for k, v in (snapshot or {}).items() if k in cls.PERSISTED}
+        if values.get("ca_pem") is not None:
+            values["ca_pem"] = base64.b64decode(values["ca_pem"])
+        return cls(**values)

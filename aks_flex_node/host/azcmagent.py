@@ -1,0 +1,126 @@
+"""The local Azure Connected Machine agent CLI, `azcmagent`, run through the Host.
+
+`azcmagent connect` creates the Arc machine resource itself; we hand it the settings and
+an ARM access token in a 0600 file named by `--config`, never on argv. Reading and deleting
+that resource in Azure is `aks_flex_node.azure.arc`'s part.
+"""
+
+import json
+import logging
+import uuid
+
+from aks_flex_node import paths
+from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.host.run import CommandNotFound
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 600  # `azcmagent connect` installs extensions and waits for ARM
+SHOW_TIMEOUT = 30
+INSTALL_HINT = (
+    "install the Azure Connected Machine agent package azcmagent "
+    "(from packages.microsoft.com: `apt-get install azcmagent`)"
+)
+# The keys `azcmagent connect --config` reads are its long flag names
+# (https://learn.microsoft.com/azure/azure-arc/servers/azcmagent-connect).
+CONNECT_KEYS = ("tenant-id", "subscription-id", "resource-group", "location", "resource-name", "tags", "cloud")
+
+
+class AzcmagentError(FlexNodeError):
+    code = "azcmagent"
+
+
+def format_tags(tags):
+    """{"k": "v"} -> "k=v,k2=v2" (azcmagent's --tags form); values may not hold , or =."""
+    if isinstance(tags, str):
+        return tags
+    parts = []
+    for key, value in sorted((tags or {}).items()):
+        for what, text in (("key", key), ("value", value)):
+            if not isinstance(text, str) or "," in text or "=" in text:
+                raise AzcmagentError(f"arc tag {what} = {text!r}: expected text without ',' or '='")
+        parts.append(f"{key}={value}")
+    return ",".join(parts)
+
+
+class Azcmagent:
+    """The Azure Connected Machine agent CLI, run through the Host."""
+
+    def __init__(self, host, command="azcmagent", run_dir=paths.RUN_DIR):
+        self.host = host
+        self.command = command
+        self.run_dir = run_dir  # root-only (0700): the connect file with the token lives here briefly
+
+    def _run(self, args, **kwargs):
+        try:
+            return self.host.run([self.command, *args], **kwargs)
+        except CommandNotFound as err:
+            raise AzcmagentError(f"{self.command} is not installed: {err.message}", remedy=INSTALL_HINT) from None
+
+    def show(self):
+        """`azcmagent show -j` as a dict (`status` is "Connected" or "Disconnected"...);
+        None when it prints nothing. A failing agent raises CommandError with its output."""
+        result = self._run(["show", "-j"], timeout=SHOW_TIMEOUT)
+        if not result.stdout.strip():
+            return None
+        try:
+            shown = json.loads(result.stdout)
+        except ValueError:
+            raise AzcmagentError(
+                f"`{self.command} show -j` printed something that is not JSON: {result.stdout.strip()[:200]!r}"
+            ) from None
+        if not isinstance(shown, dict):
+            raise AzcmagentError(f"`{self.command} show -j` printed {type(shown).__name__}: expected a JSON object")
+        return shown
+
+    def is_connected(self, expected, shown=None):
+        """Connected, to the resource `expected` names (resource-name / resource-group /
+        subscription-id, or their camelCase `show -j` keys)? `shown` is a `show()` the
+        caller already has (one agent call, not two)."""
+        shown = self.show() if shown is None else shown
+        if not shown or str(shown.get("status", "")).lower() != "connected":
+            return False
+        pairs = (
+            ("resourceName", "resource-name"),
+            ("resourceGroup", "resource-group"),
+            ("subscriptionId", "subscription-id"),
+        )
+        for show_key, flag_key in pairs:
+            wanted = expected.get(flag_key, expected.get(show_key))
+            if wanted and str(shown.get(show_key, "")).lower() != str(wanted).lower():
+                return False
+        return True
+
+    def _with_config_file(self, args, content, secrets, timeout):
+        """Run `azcmagent <args> --config <file>` with `content` in a 0600 file that is
+        deleted afterwards whatever happens: the token stays off argv, where any user
+        could read it in /proc/<pid>/cmdline (proc(5)); upstream passed `--access-token`
+        (Azure/AKSFlexNode v0.0.10, pkg/components/arc/arc_installer.go)."""
+        self.host.ensure_dir(self.run_dir, mode=0o700)
+        node_path = f"{self.run_dir}/azcmagent-{uuid.uuid4().hex}.json"
+        try:
+            self.host.write_file(node_path, json.dumps(content).encode(), mode=0o600)
+            return self._run([*args, "--config", str(self.host.path(node_path))], timeout=timeout, secrets=secrets)
+        finally:
+            self.host.remove(node_path)
+
+    def connect(self, settings, access_token):
+        """`azcmagent connect` with `settings` (keys: azcmagent's long flag names)."""
+        unknown = sorted(set(settings) - set(CONNECT_KEYS))
+        if unknown:
+            raise AzcmagentError(f"azcmagent connect settings {unknown}: expected only {', '.join(CONNECT_KEYS)}")
+        if not access_token:
+            raise AzcmagentError("azcmagent connect: access_token is empty: expected an ARM access token")
+        content = {k: v for k, v in settings.items() if v not in (None, "", {})}
+        if "tags" in content:
+            content["tags"] = format_tags(content["tags"])
+        content["access-token"] = access_token
+        log.info("connecting the Arc agent as %s/%s", content.get("resource-group"), content.get("resource-name"))
+        return self._with_config_file(["connect"], content, (access_token,), CONNECT_TIMEOUT)
+
+    def disconnect(self, access_token=None):
+        """With a token: delete the Azure resource and the local config. Without: local
+        config only (`--force-local-only`, for when the resource is gone already)."""
+        if access_token:
+            return self._with_config_file(["disconnect"], {"access-token": access_token}, (access_token,), CONNECT_TIMEOUT)
+        return self._run(["disconnect", "--force-local-only"], timeout=CONNECT_TIMEOUT)

@@ -1,0 +1,216 @@
+"""The join lifecycle: join (leaving a former cluster first), leave, and the pending mark.
+
+One owner for what the CLI, the agent and the Debian maintainer scripts all do:
+maintscript.py only turns debconf answers into calls here, and the agent finishes what
+`mark_pending` leaves. Everything printed here goes to `out` (stderr in a maintainer
+script, whose stdout is debconf's channel).
+"""
+
+import logging
+import os
+import shutil
+import sys
+import threading
+
+from aks_flex_node import config, operations, paths
+from aks_flex_node.engine.ledger import Ledger
+from aks_flex_node.errors import ExitCode, FlexNodeError
+
+log = logging.getLogger(__name__)
+
+# What a failed join does to the package's configuration (docs/preseed.md, on_join_failure).
+RETRY, FAIL = "retry-in-background", "fail-install"
+AGENT_UNIT = "aks-flex-node-agent.service"
+# The Azure Connected Machine agent's package (Microsoft's repository; ours Recommends it).
+ARC_AGENT_PACKAGE = "azcmagent"
+# What identifies the join the ledger records (so a leave can name the former cluster).
+JOINED_KEYS = ("cluster_resource_id", "machine_name", "subscription_id", "arc_resource_group")
+
+
+# ---- the pending mark -----------------------------------------------------------------
+
+
+def is_pending(host):
+    """A join is wanted and has not succeeded yet: the agent keeps trying it."""
+    return host.read_bytes(paths.PENDING) is not None
+
+
+def mark_pending(host):
+    host.ensure_dir(paths.STATE_DIR, 0o700)
+    host.write_file(paths.PENDING, b"", 0o600)
+
+
+def clear_pending(host):
+    """Cancel a pending join; True when one was pending."""
+    return host.remove(paths.PENDING)
+
+
+def joined(host):
+    """What the ledger says the node is joined to ({} when nothing), and whether anything
+    the join made is still recorded."""
+    ledger = Ledger(host)
+    return ledger.joined, bool(ledger.entries())
+
+
+# ---- when a join can run ----------------------------------------------------------------
+
+
+def live_system_blocker(host):
+    """Why no join can run on this system now (image build, chroot, no systemd), or None."""
+    from aks_flex_node.host import HOST_BIN_ENV
+
+    if not host.is_live:
+        if os.environ.get(HOST_BIN_ENV):
+            return None  # tests: stand-ins for the live-system commands
+        return f"the package is being installed into {host.root} (DPKG_ROOT), not on a running system"
+    result = host.run(["ischroot"], ok_codes=(0, 1, 2)) if shutil.which("ischroot") else None
+    if result is not None and result.returncode == 0:
+        return "the package is being installed in a chroot"
+    if not os.path.isdir("/run/systemd/system"):
+        return "systemd is not running (a container or an image build)"
+    return None
+
+
+def arc_agent_unconfigured(host):
+    """Why the join must wait for the Arc agent's package, or None.
+
+    apt installs a Recommends in the same run, but dpkg need not configure it first: when
+    it configures us before azcmagent, himdsd is not running yet and a join would fail at
+    the first token. dpkg-query reads dpkg's database with its journal of this run (the
+    status file alone lags behind); db:Status-Abbrev's second letter is U (unpacked),
+    F (half-configured) or H (half-installed) until the package's postinst has run
+    (dpkg-query(1))."""
+    if not shutil.which("dpkg-query"):
+        return None
+    admindir = host.path("/var/lib/dpkg")
+    result = host.run(["dpkg-query", f"--admindir={admindir}", "-W", "-f=${db:Status-Abbrev}",
+                       ARC_AGENT_PACKAGE], ok_codes=(0, 1, 2))
+    state = result.stdout.strip()
+    if result.returncode == 0 and len(state) >= 2 and state[1] in "UFH":
+        return (f"the Arc agent's package ({ARC_AGENT_PACKAGE}) is unpacked but not configured yet: "
+                "dpkg configures it after this package, in this same run")
+    return None
+
+
+def deferral(host):
+    """Why a join asked for now must be left to the agent service, or None."""
+    return live_system_blocker(host) or arc_agent_unconfigured(host)
+
+
+# ---- join and leave ---------------------------------------------------------------------
+
+
+def leave_then_join(cfg, host, progress=None, on_leave=None, lock_wait=60.0):
+    """Join `cfg`'s cluster; when the node is joined to another cluster (or under another
+    name), leave that one first with the identity the ledger recorded. Returns the
+    bootstrap's RunResult."""
+    former, _ = joined(host)
+    old_cluster = former.get("cluster_resource_id")
+    if old_cluster and (old_cluster.lower() != cfg.cluster.resource_id.lower()
+                        or former.get("machine_name", cfg.machine_name) != cfg.machine_name):
+        if on_leave:
+            on_leave(old_cluster)
+        log.info("leaving %s first (the node is joined there)", old_cluster)
+        old = config.load(root=cfg.root, overrides={k: former[k] for k in JOINED_KEYS if former.get(k)})
+        result, _summary = operations.unbootstrap(old, host, lock_wait=lock_wait, progress=progress)
+        for item in result.leftovers:
+            log.warning("left behind from %s, to clean by hand: %s", old_cluster, item)
+    result, _summary = operations.bootstrap(cfg, host, lock_wait=lock_wait, progress=progress)
+    return result
+
+
+def leave(host, keep_cloud=False, progress=None, lock_wait=60.0):
+    """Take the node out of the cluster the ledger names. Returns (UndoResult, summary),
+    or None when nothing is joined. The config's own cluster and name give way to the
+    ledger's: a hand edit must not make us undo another node's join."""
+    if clear_pending(host):
+        log.info("the pending join is cancelled")
+    former, recorded = joined(host)
+    if not former and not recorded:
+        return None
+    cfg = config.load(root=str(host.root), overrides={
+        k: former[k] for k in ("cluster_resource_id", "machine_name") if former.get(k)})
+    return operations.unbootstrap(cfg, host, keep_cloud_resources=keep_cloud,
+                                  lock_wait=lock_wait, progress=progress)
+
+
+def bounded(function, timeout, what):
+    """Run function() in a thread; (True, value) or (True, exception) when it ended within
+    `timeout` seconds, (False, None) when it did not (the thread is left behind: the caller
+    exits with os._exit, and the run lock goes with the process)."""
+    box = {}
+
+    def target():
+        try:
+            box["value"] = function()
+        except BaseException as exc:  # reported by the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=what, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return False, None
+    return True, box.get("error", box.get("value"))
+
+
+def start_agent(host):
+    # deb-systemd-invoke honours policy-rc.d and does nothing without systemd.
+    try:
+        host.run_system(["deb-systemd-invoke", "start", AGENT_UNIT], timeout=60, ok_codes=(0, 1, 101))
+    except FlexNodeError as err:
+        log.warning("could not start %s: %s", AGENT_UNIT, err.message)
+
+
+def report_config_error(err, host, mode, name_of=None, out=None):
+    """A configuration that does not load: say every problem; never leave a join pending
+    (retrying a bad configuration cannot succeed). Returns the exit code for `mode`."""
+    out = out or sys.stderr
+    name_of = name_of or (lambda key: f"{key} in {paths.CONFIG}")
+    out.write(f"aks-flex-node: not joining: the configuration is not valid "
+              f"({len(err.problems)} problem(s)):\n")
+    for problem in err.problems:
+        out.write(f"  {name_of(problem.key)}: {problem.value!r}: expected {problem.expected}\n")
+    out.write(f"aks-flex-node: fix {paths.CONFIG} (or preseed the questions again), then run "
+              "dpkg-reconfigure aks-flex-node\n")
+    clear_pending(host)
+    return ExitCode.USAGE if mode == FAIL else ExitCode.OK
+
+
+def report_join(host, error, mode, out=None):
+    """The outcome of a join attempt, for the operator, and what happens next: the agent
+    takes over (retry mode) or the package stays unconfigured (fail-install)."""
+    out = out or sys.stderr
+    if error is None:
+        out.write("aks-flex-node: joined; aks-flex-node-agent keeps the node converged\n")
+        start_agent(host)
+        return ExitCode.OK
+    message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+    out.write(f"aks-flex-node: the join failed: {message}\n")
+    if getattr(error, "remedy", None):
+        out.write(f"aks-flex-node: what to do: {error.remedy}\n")
+    if mode == FAIL:
+        clear_pending(host)
+        out.write("aks-flex-node: on_join_failure is fail-install: the package stays unconfigured; "
+                  "dpkg --configure -a tries again\n")
+        return int(getattr(error, "exit_code", ExitCode.FAILED)) or int(ExitCode.FAILED)
+    out.write("aks-flex-node: the join is pending: aks-flex-node-agent retries it in the background "
+              "(journalctl -u aks-flex-node-agent, aks-flex-node status); "
+              "dpkg-reconfigure aks-flex-node retries it now\n")
+    start_agent(host)
+    return ExitCode.OK
+
+
+def report_leave(outcome, out=None):
+    """What a leave (prerm) did, on `out`: kept cloud resources, leftovers, or done."""
+    out = out or sys.stderr
+    result, summary = outcome
+    for item in summary.get("kept", []):
+        out.write(f"aks-flex-node: kept: {item}\n")
+    if result.leftovers:
+        out.write("aks-flex-node: left the cluster with leftovers to clean up by hand:\n")
+        for item in result.leftovers:
+            out.write(f"  - {item}\n")
+    else:
+        out.write(f"aks-flex-node: node {summary.get('machine_name')} left "
+                  f"{summary.get('cluster_resource_id')}\n")

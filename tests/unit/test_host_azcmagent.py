@@ -1,0 +1,158 @@
+"""The azcmagent wrapper against the stand-in in tests/fakes/bin (which talks to the
+emulator): the token stays off argv, the 0600 connect file goes afterwards."""
+
+import json
+import os
+import stat
+
+import pytest
+
+from aks_flex_node import paths
+from aks_flex_node.azure import arc, auth
+from aks_flex_node.host import Host
+from aks_flex_node.host.azcmagent import Azcmagent, AzcmagentError
+from tests.emulator import constants as C
+from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
+
+
+@pytest.fixture
+def agent(fake_host, no_proxy):
+    return Azcmagent(Host(fake_host.root, env=fake_host.env))
+
+
+@pytest.fixture
+def arm_token(operator):
+    return auth.arm_token(operator, C.ARM_SCOPE)
+
+
+SETTINGS = {
+    "tenant-id": C.TENANT_ID,
+    "subscription-id": C.SUBSCRIPTION_ID,
+    "resource-group": C.ARC_RG,
+    "location": C.LOCATION,
+    "resource-name": "flex-node-1",
+    "tags": {"env": "test", "owner": "ci"},
+}
+
+
+def run_dir_entries(fake_host):
+    path = fake_host.path(paths.RUN_DIR)
+    return sorted(os.listdir(path)) if path.exists() else []
+
+
+def test_connect_keeps_the_token_off_argv_and_removes_its_config(fresh_emulator, fake_host, agent, arm_token, azure_clients):
+    agent.connect(SETTINGS, arm_token)
+    machine = arc.get_machine(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "flex-node-1")
+    assert machine is not None and machine.principal_id
+    calls = fake_host.calls("azcmagent")
+    connect = [argv for argv in calls if argv[1] == "connect"]
+    assert len(connect) == 1 and connect[0][2] == "--config"
+    assert not any(arm_token in arg for argv in calls for arg in argv)
+    assert run_dir_entries(fake_host) == []  # the 0600 config is gone
+    assert stat.S_IMODE(fake_host.path(paths.RUN_DIR).stat().st_mode) == 0o700
+    shown = fake_host.fake_state("azcmagent.json")
+    assert shown["tags"] == {"env": "test", "owner": "ci"}  # "env=test,owner=ci" reached the agent
+
+
+def test_show_and_is_connected(agent, arm_token):
+    assert agent.show()["status"] == "Disconnected"
+    assert agent.is_connected(SETTINGS) is False
+    agent.connect(SETTINGS, arm_token)
+    shown = agent.show()
+    assert shown["status"] == "Connected" and shown["resourceName"] == "flex-node-1"
+    assert agent.is_connected(SETTINGS) is True
+    assert agent.is_connected({**SETTINGS, "resource-name": "other-node"}) is False
+    assert agent.is_connected({**SETTINGS, "resource-group": C.CLUSTER_RG}) is False
+    assert agent.is_connected({"resourceName": "FLEX-NODE-1"}) is True  # names compare case-insensitively
+
+
+def test_failed_connect_still_removes_the_config_and_hides_the_token(fake_host, agent, arm_token):
+    from aks_flex_node.host import CommandError
+
+    fake_host.fail("azcmagent", f"FATAL   connect failed for token {arm_token}", verb="connect")
+    with pytest.raises(CommandError) as caught:
+        agent.connect(SETTINGS, arm_token)
+    assert arm_token not in str(caught.value) and "***" in str(caught.value)
+    assert run_dir_entries(fake_host) == []
+
+
+def test_disconnect_with_a_token_deletes_the_resource(fresh_emulator, fake_host, agent, arm_token, azure_clients):
+    agent.connect(SETTINGS, arm_token)
+    agent.disconnect(arm_token)
+    assert arc.get_machine(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "flex-node-1") is None
+    assert agent.show()["status"] == "Disconnected"
+    disconnect = [argv for argv in fake_host.calls("azcmagent") if argv[1] == "disconnect"]
+    assert disconnect[0][2] == "--config" and not any(arm_token in a for a in disconnect[0])
+    assert run_dir_entries(fake_host) == []
+
+
+def test_disconnect_without_a_token_is_local_only(fake_host, agent, arm_token, azure_clients):
+    agent.connect(SETTINGS, arm_token)
+    agent.disconnect()
+    assert ["azcmagent", "disconnect", "--force-local-only"] in fake_host.calls("azcmagent")
+    assert agent.show()["status"] == "Disconnected"
+    # The Azure resource stays: only the local configuration was reset.
+    assert arc.get_machine(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "flex-node-1") is not None
+
+
+def test_missing_azcmagent_says_which_package_to_install(tmp_path):
+    host = Host(tmp_path, env={"PATH": str(tmp_path / "empty-bin")})
+    with pytest.raises(AzcmagentError) as caught:
+        Azcmagent(host).show()
+    assert "azcmagent is not installed" in caught.value.message
+    assert "Azure Connected Machine agent package azcmagent" in caught.value.remedy
+
+
+def test_show_output_that_is_not_json_is_reported(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "azcmagent"
+    fake.write_text("#!/bin/sh\necho 'Agent Status: Connected'\n")
+    fake.chmod(0o755)
+    with pytest.raises(AzcmagentError, match="not JSON: 'Agent Status: Connected'"):
+        Azcmagent(Host(tmp_path, env={"PATH": str(bin_dir)})).show()
+
+
+def test_connect_settings_are_checked(agent):
+    with pytest.raises(AzcmagentError, match=r"settings \['access-token'\]: expected only"):
+        agent.connect({**SETTINGS, "access-token": "x"}, "t")
+    with pytest.raises(AzcmagentError, match="access_token is empty"):
+        agent.connect(SETTINGS, "")
+    with pytest.raises(AzcmagentError, match="arc tag value = 'a,b'"):
+        agent.connect({**SETTINGS, "tags": {"k": "a,b"}}, "t")
+
+
+def test_connect_config_file_content(fake_host, arm_token, tmp_path):
+    """The file azcmagent reads: long flag names, tags as k=v,..., mode 0600 while it exists.
+    A wrapper in front of the stand-in copies what the agent is given."""
+    from tests.emulator_fixtures import FAKES_BIN
+
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    wrapper = tmp_path / "azcmagent-spy"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "prev=\n"
+        'for a in "$@"; do\n'
+        '  if [ "$prev" = --config ]; then stat -c %a "$a" > "$SPY/mode"; cp "$a" "$SPY/content"; fi\n'
+        '  prev="$a"\n'
+        "done\n"
+        f'exec {FAKES_BIN}/azcmagent "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    agent = Azcmagent(Host(fake_host.root, env={**fake_host.env, "SPY": str(spy)}), command=str(wrapper))
+    agent.connect(SETTINGS, arm_token)
+    assert (spy / "mode").read_text().strip() == "600"
+    assert json.loads((spy / "content").read_text()) == {
+        "tenant-id": C.TENANT_ID, "subscription-id": C.SUBSCRIPTION_ID, "resource-group": C.ARC_RG,
+        "location": C.LOCATION, "resource-name": "flex-node-1", "tags": "env=test,owner=ci",
+        "access-token": arm_token,
+    }
+
+
+def test_failing_show_is_an_error_not_a_disconnected_agent(fake_host, agent):
+    from aks_flex_node.host import CommandError
+
+    fake_host.fail("azcmagent", "FATAL   cannot read /var/opt/azcmagent/agentconfig.json", verb="show")
+    with pytest.raises(CommandError, match="agentconfig.json"):
+        agent.show()
