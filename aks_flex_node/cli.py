@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 
-from aks_flex_node import __version__, paths
-from aks_flex_node.errors import ExitCode, FlexNodeError, TemporaryError, UsageError
+from aks_flex_node import __version__, output, paths
+from aks_flex_node.errors import ExitCode, FlexNodeError, UsageError
 
 log = logging.getLogger("aks_flex_node")
 ROOT_ENV = "AKS_FLEX_NODE_ROOT"
@@ -149,28 +149,6 @@ def _print_json(doc):
     sys.stdout.write("\n")
 
 
-class PhasePrinter:
-    """One line per phase as it ends: `[ 3/16] arc  changed  2.1s  connect to Azure Arc ...`."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stdout
-        self.tty = self.stream.isatty()
-        self.done = 0  # phases end out of declared order when branches overlap: count ends
-
-    def __call__(self, event, result, index, total):
-        if event == "start":
-            if self.tty:
-                self.stream.write(f"[{self.done + 1:2d}/{total}] {result.name:<18} ...\r")
-                self.stream.flush()
-            return
-        self.done += 1
-        message = "; ".join(c["what"] for c in result.changes) or result.message
-        took = f"{result.duration:6.1f}s" if result.duration is not None else "       "
-        line = f"[{self.done:2d}/{total}] {result.name:<18} {result.status:<10} {took}  {message}"
-        self.stream.write(("\x1b[2K" if self.tty else "") + line.rstrip() + "\n")
-        self.stream.flush()
-
-
 def cmd_bootstrap(args):
     from aks_flex_node import operations, preflight
 
@@ -181,11 +159,11 @@ def cmd_bootstrap(args):
     result, summary = operations.bootstrap(
         cfg, host, dry_run=args.dry_run, sequential=args.sequential, only=args.phase,
         skip=args.skip_phase, ignore_preflight_errors=ignored, lock_wait=args.wait_lock,
-        progress=None if json_out else PhasePrinter())
+        progress=None if json_out else output.PhasePrinter())
     if json_out:
         _print_json(summary)
     elif args.dry_run:
-        _print_plan(summary["phases"])
+        output.print_plan(summary["phases"])
         for owed in summary["owed"]:
             print(f"  owed: {owed['kind']} {owed['unit']} ({owed['reason']})")
     if result.error is not None:
@@ -202,17 +180,6 @@ def cmd_bootstrap(args):
     return int(ExitCode.OK)
 
 
-def _print_plan(phases, what="plan"):
-    print(f"\n{what} (dry run, nothing was changed):")
-    for phase in phases:
-        if phase["status"] == "planned":
-            print(f"  {phase['name']}:")
-            for change in phase["changes"]:
-                print(f"    - {change['what']}  ({change['why']})")
-        elif phase["status"] == "unchanged":
-            print(f"  {phase['name']}: no change ({phase['message']})")
-
-
 def cmd_unbootstrap(args):
     from aks_flex_node import operations
 
@@ -221,11 +188,11 @@ def cmd_unbootstrap(args):
     json_out = getattr(args, "json", False)
     _result, summary = operations.unbootstrap(
         cfg, host, keep_cloud_resources=args.keep_cloud_resources, dry_run=args.dry_run,
-        lock_wait=args.wait_lock, progress=None if json_out or args.dry_run else PhasePrinter())
+        lock_wait=args.wait_lock, progress=None if json_out or args.dry_run else output.PhasePrinter())
     if json_out:
         _print_json(summary)
     elif args.dry_run:
-        _print_plan(summary["phases"], what="would remove")
+        output.print_plan(summary["phases"], what="would remove")
     else:
         for item in summary["kept"]:
             print(f"kept: {item}")
@@ -239,47 +206,15 @@ def cmd_unbootstrap(args):
 
 
 def cmd_status(args):
-    import time
-
-    from aks_flex_node.engine.status import PENDING, StatusFile
-    from aks_flex_node.lifecycle import is_pending
+    from aks_flex_node import lifecycle
 
     host = _make_host(args)
-    status_file = StatusFile(host)
-    if args.wait:
-        # Over when a run completed and no join is pending: a pending join's failed
-        # attempts are retried by the agent, so they are not the end.
-        deadline = time.monotonic() + args.timeout
-        while not status_file.is_complete() or (status_file.read() or {}).get("state") == PENDING:
-            if time.monotonic() >= deadline:
-                if not is_pending(host):
-                    raise TemporaryError(f"no run completed within {args.timeout:.0f} s")
-                last_error = ((status_file.read() or {}).get("error") or {}).get("message")
-                raise TemporaryError(f"the join is still pending after {args.timeout:.0f} s"
-                                     + (f"; the last attempt: {last_error}" if last_error else
-                                        "; an attempt is running"))
-            time.sleep(0.5)
-    status = status_file.read()
-    if status is None:
-        status = {"state": "unjoined", "message": "no bootstrap has run on this node"}
+    status = lifecycle.wait_for_outcome(host, args.timeout) if args.wait else \
+        lifecycle.last_status(host)
     if getattr(args, "json", False):
         _print_json(status)
     else:
-        print(f"state: {status.get('state')}" + (f" ({status['operation']})" if status.get("operation") else ""))
-        for key in ("cluster_resource_id", "machine_name", "started", "finished", "duration_s"):
-            if status.get(key) is not None:
-                print(f"{key}: {status[key]}")
-        for phase in status.get("phases", []):
-            took = f"{phase['duration_s']:6.1f}s" if phase.get("duration_s") is not None else ""
-            print(f"  {phase['name']:<18} {phase['status']:<10} {took:>7}  {phase.get('message', '')}")
-            for change in phase.get("changes", []):
-                print(f"  {'':<18} - {change['what']}")
-        if status.get("error"):
-            print(f"error: {status['error'].get('message')}")
-        if is_pending(host):
-            print("the join is pending: aks-flex-node-agent retries it (journalctl -u aks-flex-node-agent)")
-        for item in status.get("leftovers", []):
-            print(f"leftover: {item}")
+        output.print_status(status, lifecycle.is_pending(host))
     if args.wait:
         return int(status.get("exit_code", 0))
     return int(ExitCode.OK)
@@ -354,17 +289,11 @@ def cmd_config(args):
             if isinstance(value, dict):
                 print(f"[{key}]")
                 for k, v in value.items():
-                    print(f"{k} = {_ini_value(v)}")
+                    print(f"{k} = {output.ini_value(v)}")
                 print()
             else:
-                print(f"{key} = {_ini_value(value)}")
+                print(f"{key} = {output.ini_value(value)}")
     return int(ExitCode.OK)
-
-
-def _ini_value(value):
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value)
-    return "" if value is None else str(value)
 
 
 def cmd_version(args):

@@ -19,6 +19,7 @@ import urllib.request
 
 from aks_flex_node.azure.himds import is_loopback
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.polling import poll
 
 
 class KubeError(FlexNodeError):
@@ -164,23 +165,20 @@ class KubeClient:
         """Poll until the Node is Ready; return it. 401/403/absent count as "not yet"
         (the token or RBAC may still be propagating); give up after `timeout` seconds
         with a TemporaryError saying what was last seen."""
-        deadline = clock() + timeout
-        last_seen = "nothing yet"
-        while True:
+
+        def probe():
             try:
                 node = self.get_node(name)
-                if node is not None and any(
-                    c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (node.get("status") or {}).get("conditions") or []
-                ):
-                    return node
-                last_seen = _node_summary(node)
             except (Unauthorized, Forbidden, TemporaryError) as err:
-                last_seen = err.message
-            remaining = deadline - clock()
-            if remaining <= 0:
-                raise TemporaryError(
-                    f"node {name!r} not Ready after {timeout:g}s; last seen: {last_seen}",
-                    remedy="check `journalctl -u kubelet` on this machine and `aks-flex-node status`",
-                )
-            sleep(min(interval, remaining))
+                return False, err.message
+            ready = node is not None and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or [])
+            return (True, node) if ready else (False, _node_summary(node))
+
+        def give_up(last_seen):
+            return TemporaryError(
+                f"node {name!r} not Ready after {timeout:g}s; last seen: {last_seen}",
+                remedy="check `journalctl -u kubelet` on this machine and `aks-flex-node status`")
+
+        return poll(probe, timeout=timeout, delay=interval, give_up=give_up, clock=clock, sleep=sleep)

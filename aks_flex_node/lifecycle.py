@@ -214,3 +214,36 @@ def report_leave(outcome, out=None):
     else:
         out.write(f"aks-flex-node: node {summary.get('machine_name')} left "
                   f"{summary.get('cluster_resource_id')}\n")
+
+
+# ---- the outcome, for `status` --------------------------------------------------------
+
+
+def last_status(host):
+    """status.json, or what an untouched node says."""
+    from aks_flex_node.engine.status import StatusFile
+
+    return StatusFile(host).read() or {"state": "unjoined", "message": "no bootstrap has run on this node"}
+
+
+def wait_for_outcome(host, timeout, poll=0.5):
+    """Wait until a run has completed and no join is pending (a pending join's failed
+    attempts are retried by the agent, so they are not the end); the status then.
+    TemporaryError when `timeout` seconds pass first, with the last attempt's error."""
+    import time
+
+    from aks_flex_node.engine.status import PENDING, StatusFile
+    from aks_flex_node.errors import TemporaryError
+
+    status_file = StatusFile(host)
+    deadline = time.monotonic() + timeout
+    while not status_file.is_complete() or (status_file.read() or {}).get("state") == PENDING:
+        if time.monotonic() >= deadline:
+            if not is_pending(host):
+                raise TemporaryError(f"no run completed within {timeout:.0f} s")
+            last_error = ((status_file.read() or {}).get("error") or {}).get("message")
+            raise TemporaryError(f"the join is still pending after {timeout:.0f} s"
+                                 + (f"; the last attempt: {last_error}" if last_error else
+                                    "; an attempt is running"))
+        time.sleep(poll)
+    return last_status(host)

@@ -38,6 +38,13 @@ CACHE_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
              b"# This directory holds aks-flex-node's downloads; aks-flex-node unbootstrap removes it.\n")
 
 
+def is_own_cache_tag(data):
+    """A CACHEDIR.TAG that aks-flex-node wrote: the specification's signature line, and our
+    name in the comment after it (man-db, for one, tags /var/cache/man with the same
+    signature)."""
+    return data.startswith(CACHE_TAG.split(b"\n", 1)[0] + b"\n") and b"aks-flex-node" in data
+
+
 def real_path(root, node_path):
     """Node path `node_path` (absolute, no '..') as a path on this filesystem under `root`."""
     if not isinstance(node_path, (str, PurePosixPath)):

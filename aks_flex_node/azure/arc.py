@@ -98,21 +98,22 @@ def wait_for_identity(clients, subscription_id, resource_group, name, timeout=ID
     The agent creates the resource and Azure adds the identity shortly after; a bounded
     exponential backoff (1, 2, 4, 8, 15, 15 ... s) within `timeout` seconds.
     """
-    deadline = clock() + timeout
-    delay = first_delay
-    last_seen = "no Arc machine resource"
-    while True:
+    from aks_flex_node.polling import poll
+
+    def probe():
         machine = get_machine(clients, subscription_id, resource_group, name)
-        if machine is not None and machine.principal_id:
-            return machine
-        if machine is not None:
-            last_seen = f"machine {machine.id} with status {machine.status}, no identity principalId yet"
-        remaining = deadline - clock()
-        if remaining <= 0:
-            raise TemporaryError(
-                f"Arc machine {resource_group}/{name} has no managed identity after {timeout:g}s; last seen: {last_seen}",
-                remedy="check `azcmagent show` and the machine in the Azure portal, then run bootstrap again",
-            )
-        sleep(min(delay, remaining))
-        delay = min(delay * 2, max_delay)
+        if machine is None:
+            return False, "no Arc machine resource"
+        if machine.principal_id:
+            return True, machine
+        return False, f"machine {machine.id} with status {machine.status}, no identity principalId yet"
+
+    def give_up(last_seen):
+        return TemporaryError(
+            f"Arc machine {resource_group}/{name} has no managed identity after {timeout:g}s; last seen: {last_seen}",
+            remedy="check `azcmagent show` and the machine in the Azure portal, then run bootstrap again",
+        )
+
+    return poll(probe, timeout=timeout, delay=first_delay, max_delay=max_delay, give_up=give_up,
+                clock=clock, sleep=sleep)
 

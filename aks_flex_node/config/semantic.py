@@ -133,19 +133,11 @@ def _check_cache_dir(node_path, root, problems):
             tag = handle.read(4096)
     except OSError:
         tag = b""
-    if not _is_own_cache_tag(tag):
+    if not paths.is_own_cache_tag(tag):
         problems.append(ConfigProblem(
             "cache_dir", node_path,
             f"a directory aks-flex-node creates itself (unbootstrap removes it): {node_path} exists and "
             f"has no {paths.CACHE_TAG_NAME} of aks-flex-node's; name a directory that does not exist yet"))
-
-
-def _is_own_cache_tag(data):
-    """A CACHEDIR.TAG (https://bford.info/cachedir/) that aks-flex-node wrote: the
-    specification's signature line, and our name in the comment after it (man-db, for one,
-    tags /var/cache/man with the same signature)."""
-    signature = paths.CACHE_TAG.split(b"\n", 1)[0] + b"\n"
-    return data.startswith(signature) and b"aks-flex-node" in data
 
 
 def _check_file(key, node_path, root, problems, private, pem=()):

@@ -68,17 +68,15 @@ class PropagationStep(Step):
         return plan
 
     def _wait(self, ctx, timeout=RBAC_PROPAGATION_TIMEOUT):
+        from aks_flex_node.polling import poll
+
         client = kube_client(ctx)
-        deadline = time.monotonic() + timeout
-        delay = 0.5
-        while not identity_authorized(client, ctx.config.machine_name):
-            if time.monotonic() >= deadline:
-                raise TemporaryError(
-                    f"the API server still refuses the node's identity after {timeout} s",
-                    remedy="role assignments can take up to 10 minutes; `aks-flex-node "
-                    "bootstrap` again resumes here")
-            time.sleep(delay)
-            delay = min(delay * 2, 10)
+        poll(lambda: (identity_authorized(client, ctx.config.machine_name), None),
+             timeout=timeout, delay=0.5, max_delay=10,
+             give_up=lambda _: TemporaryError(
+                 f"the API server still refuses the node's identity after {timeout} s",
+                 remedy="role assignments can take up to 10 minutes; `aks-flex-node "
+                 "bootstrap` again resumes here"))
 
 
 class NodeReadyStep(Step):

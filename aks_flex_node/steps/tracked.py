@@ -210,7 +210,7 @@ def _remove_cache(ctx, path):
         if not stat.S_ISREG(st.st_mode):
             continue
         if _CACHE_FILE.fullmatch(name) or (
-                name == paths.CACHE_TAG_NAME and ctx.host.read_bytes(node_path) == paths.CACHE_TAG):
+                name == paths.CACHE_TAG_NAME and paths.is_own_cache_tag(ctx.host.read_bytes(node_path))):
             ctx.host.remove(node_path)
     ctx.ledger.forget("cache_dir", path)
     try:

@@ -21,7 +21,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from aks_flex_node import config, maintscript, paths
+from aks_flex_node import config, paths
 from tests.deb import debtools
 
 FAKES = Path(__file__).resolve().parent / "fakes"

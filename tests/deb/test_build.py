@@ -24,6 +24,7 @@ def test_depends_carries_the_floors_of_py3dist_overrides(built_deb):
     assert deps["python3:any"][0].startswith("(>= 3.9")
     assert "ucf" in deps
     assert "python3-debconf" in deps  # the maintainer scripts speak debconf through its client
+    assert "python3-debian" not in deps  # only the tests read deb822 with python-debian
     # debconf comes from ${misc:Depends} (dh_installdebconf), as "debconf (>= 0.5) | debconf-2.0".
     assert "debconf" in deps and "debconf-2.0" in deps["debconf"][1]
     assert built_deb.field("Recommends") == "azcmagent"

@@ -196,21 +196,18 @@ def prepare_kernel_modules(root):
 # ---- mounts and processes ----------------------------------------------------------------
 
 def mounts_under(path):
-    path = os.path.realpath(path)
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mount_point = line.split()[4].replace("\\040", " ")
-            if mount_point == path or mount_point.startswith(path + "/"):
-                out.append(mount_point)
-    return out
+    """Mount points at or below `path`, read with the library's mountinfo parser (every
+    octal escape decoded), deepest last."""
+    from aks_flex_node.host import mounts
+
+    return [m.point for m in mounts.mounts_below(mounts.read_mounts(), os.path.realpath(path))]
 
 
 def unmount_all(path):
     """Unmount everything under path, deepest first (lazily when a plain umount fails).
     Returns (the mount points unmounted, those still mounted)."""
     unmounted = []
-    for mount_point in sorted(mounts_under(path), key=len, reverse=True):
+    for mount_point in sorted(mounts_under(path), key=lambda p: p.count("/"), reverse=True):
         if _run(["umount", mount_point], check=False).returncode != 0:
             _run(["umount", "-l", mount_point], check=False)
         unmounted.append(mount_point)

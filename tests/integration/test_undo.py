@@ -2,6 +2,7 @@
 in our directories stays, a dry run lists what would go and why, a pod volume still mounted
 is never deleted through, and the undo phases are reported like bootstrap's."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -93,12 +94,24 @@ def failing_umount(node, tmp_path):
     return node
 
 
-def test_a_volume_that_stays_mounted_is_never_deleted_through(failing_umount):
-    node = failing_umount
+@contextlib.contextmanager
+def joined_with_a_mounted_volume(node):
+    """A joined node whose kubelet directory holds a mounted pod volume (a tmpfs whose mount
+    point's name has a space: mountinfo writes it as \\040); unmounted afterwards whatever
+    the test did."""
     node.cli("bootstrap", check=True)
     volume = node.path(KUBELET_VOLUME)
     _mount_tmpfs(volume)
     try:
+        yield volume
+    finally:
+        if os.path.exists(volume):
+            _umount_all(volume)
+
+
+def test_a_volume_that_stays_mounted_is_never_deleted_through(failing_umount):
+    node = failing_umount
+    with joined_with_a_mounted_volume(node) as volume:
         proc, summary = node.cli_json("unbootstrap")
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert open(os.path.join(volume, "volume-data")).read() == "a pod's data\n"
@@ -107,8 +120,6 @@ def test_a_volume_that_stays_mounted_is_never_deleted_through(failing_umount):
         assert os.path.isdir(node.path("/var/lib/kubelet"))
         # Everything else went all the same.
         assert not os.path.exists(node.path("/usr/local/bin/kubelet"))
-    finally:
-        _umount_all(volume)
     # Once the mount is gone, a second unbootstrap finishes the job.
     proc, summary = node.cli_json("unbootstrap")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -116,14 +127,8 @@ def test_a_volume_that_stays_mounted_is_never_deleted_through(failing_umount):
 
 
 def test_mounted_volumes_are_unmounted_then_removed(node):
-    node.cli("bootstrap", check=True)
-    volume = node.path(KUBELET_VOLUME)
-    _mount_tmpfs(volume)
-    try:
+    with joined_with_a_mounted_volume(node) as volume:
         proc, summary = node.cli_json("unbootstrap")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert subprocess.run(["mountpoint", "-q", volume]).returncode != 0
         assert not os.path.exists(node.path("/var/lib/kubelet"))
-    finally:
-        if os.path.exists(volume):
-            _umount_all(volume)

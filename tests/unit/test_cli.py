@@ -4,7 +4,7 @@ import io
 import subprocess
 import sys
 
-from aks_flex_node import __version__, cli
+from aks_flex_node import __version__, cli, output
 from aks_flex_node.engine.runner import PhaseResult
 from tests.harness import REPO
 
@@ -52,7 +52,7 @@ class Tty(io.StringIO):
 
 def test_phase_lines_count_phases_as_they_end():
     out = io.StringIO()
-    printer = cli.PhasePrinter(out)
+    printer = output.PhasePrinter(out)
     late = PhaseResult("arc", "identity", "changed", started=0.0, finished=2.0,
                        changes=[{"what": "connect to Azure Arc", "why": "new"}])
     early = PhaseResult("runc", "install", "unchanged", started=0.0, finished=0.5,
@@ -69,7 +69,7 @@ def test_phase_lines_count_phases_as_they_end():
 
 def test_phase_lines_on_a_tty_redraw_the_current_line():
     out = Tty()
-    printer = cli.PhasePrinter(out)
+    printer = output.PhasePrinter(out)
     phase = PhaseResult("system", "install", "changed", started=0.0, finished=1.0)
     printer("start", phase, 1, 1)
     printer("finish", phase, 1, 1)
