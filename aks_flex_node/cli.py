@@ -18,6 +18,28 @@ ROOT_ENV = "AKS_FLEX_NODE_ROOT"
 CONFIG_ENV = "AKS_FLEX_NODE_CONFIG"
 
 
+def _seconds(minimum, strict):
+    """An argparse type: a number of seconds (finite, >= or > `minimum`); argparse names the
+    option and the value when it refuses one."""
+    def parse(text):
+        import math
+
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected a number of seconds {'greater than' if strict else 'of at least'} {minimum:g}")
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+POSITIVE, NOT_NEGATIVE = _seconds(0, strict=True), _seconds(0, strict=False)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # exit 2 through our handler, with the usage line
         raise UsageError(f"{message}\n{self.format_usage().strip()}")
@@ -57,7 +79,7 @@ def build_parser():
                    metavar="PHASE", help="skip this phase (repeatable)")
     p.add_argument("--ignore-preflight-errors", default="", metavar="CHECKS",
                    help="comma-separated preflight checks whose errors become warnings, or `all`")
-    p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--wait-lock", type=NOT_NEGATIVE, default=0.0, metavar="SECONDS",
                    help="wait this long for another run to finish")
 
     p = sub.add_parser("unbootstrap", parents=[common],
@@ -66,12 +88,12 @@ def build_parser():
                    help="clean up locally only; keep the Arc machine, role assignments and Node")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be removed, and why; change nothing")
-    p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument("--wait-lock", type=NOT_NEGATIVE, default=0.0, metavar="SECONDS")
 
     p = sub.add_parser("status", parents=[common], help="what the last run did")
     p.add_argument("--wait", action="store_true",
                    help="wait until the running bootstrap is over; exit with its exit code")
-    p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS")
+    p.add_argument("--timeout", type=POSITIVE, default=900.0, metavar="SECONDS")
 
     p = sub.add_parser("preflight", parents=[common], help="check the machine before a join")
     p.add_argument("--ignore-preflight-errors", default="", metavar="CHECKS")
@@ -81,9 +103,9 @@ def build_parser():
 
     p = sub.add_parser("agent", parents=[common],
                        help="the service: finish a pending join, then watch and converge")
-    p.add_argument("--interval", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--interval", type=POSITIVE, default=60.0, metavar="SECONDS",
                    help="seconds between local passes (host only, no Azure call)")
-    p.add_argument("--cloud-interval", type=float, default=1800.0, metavar="SECONDS",
+    p.add_argument("--cloud-interval", type=POSITIVE, default=1800.0, metavar="SECONDS",
                    help="seconds between full passes (the cloud side too)")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
 
@@ -122,7 +144,11 @@ def _setup_logging(verbosity, base=logging.WARNING):
 
 
 def _root(args):
-    return getattr(args, "root", None) or os.environ.get(ROOT_ENV) or "/"
+    root = getattr(args, "root", None)
+    if root is not None and not root.strip():
+        # An empty --root (an unset shell variable) must not quietly mean the live system.
+        raise UsageError("--root '': expected the directory of the node's filesystem, e.g. --root /mnt/image")
+    return root or os.environ.get(ROOT_ENV) or "/"
 
 
 def _config_path(args):

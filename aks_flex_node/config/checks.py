@@ -38,15 +38,15 @@ MACHINE_NAME_EXPECTED = (
     f"or digit, at most {MACHINE_NAME_MAX} characters (a Kubernetes node name that is "
     "also a valid Arc machine name)"
 )
-_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z][0-9A-Za-z.-]*)?)$")
-_K8S_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)$")
+_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z][0-9A-Za-z.-]*)?)$", re.ASCII)
+_K8S_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)$", re.ASCII)
 _IMAGE_REF = re.compile(
     r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?"  # registry host (or first path part)
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"  # path
-    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"  # tag, digest
-)
-_QUANTITY = re.compile(r"^\d+(?:\.\d+)?(?:m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
-_PERCENT = re.compile(r"^\d+(?:\.\d+)?%$")
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$",  # tag, digest
+    re.ASCII)
+_QUANTITY = re.compile(r"^\d+(?:\.\d+)?(?:m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$", re.ASCII)
+_PERCENT = re.compile(r"^\d+(?:\.\d+)?%$", re.ASCII)
 _COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 _NO_PROXY_ENTRY = re.compile(r"^[A-Za-z0-9.*:\[\]/_-]+$")
 
@@ -86,6 +86,9 @@ def check_option(value, *options, **_):
 
 
 def check_integer(value, min=None, max=None):
+    # int() takes any Unicode digit ("١١٠"); the kubelet and every file we write do not.
+    if isinstance(value, str) and not value.isascii():
+        raise Invalid(value, f"a whole number from {min} to {max}, in the digits 0-9")
     try:
         return is_integer(value, min, max)
     except ValidateError:
@@ -343,7 +346,7 @@ def check_dns_domain(value):
 def check_host_port(value):
     expected = "host:port such as 127.0.0.1:10257 (an IPv6 address in brackets: [::1]:10257)"
     host, colon, port = value.rpartition(":")
-    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+    if not colon or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise Invalid(value, expected)
     if host.startswith("[") and host.endswith("]"):
         try:

@@ -48,7 +48,8 @@ def kubeconfig(cfg, server, ca_pem, root):
         "args": ["token"],
         "env": None,
         "provideClusterInfo": False,
-        # Required with v1 (azure-wire.md §4.1); the kubelet has no TTY.
+        # Required with client.authentication.k8s.io/v1 (kubernetes.io/docs/reference/
+        # access-authn-authz/authentication/#client-go-credential-plugins); the kubelet has no TTY.
         "interactiveMode": "Never",
     }
     if str(root) != "/":

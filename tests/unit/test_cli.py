@@ -4,6 +4,8 @@ import io
 import subprocess
 import sys
 
+import pytest
+
 from aks_flex_node import __version__, cli, output
 from aks_flex_node.engine.runner import PhaseResult
 from tests.harness import REPO
@@ -75,3 +77,22 @@ def test_phase_lines_on_a_tty_redraw_the_current_line():
     printer("finish", phase, 1, 1)
     assert out.getvalue().startswith("[ 1/1] system")
     assert "\r\x1b[2K[ 1/1] system" in out.getvalue()
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["agent", "--interval", "0"], "--interval"),
+    (["agent", "--interval", "nan"], "--interval"),
+    (["agent", "--cloud-interval", "-5"], "--cloud-interval"),
+    (["status", "--wait", "--timeout", "0"], "--timeout"),
+    (["bootstrap", "--wait-lock", "-1"], "--wait-lock"),
+])
+def test_seconds_options_refuse_what_would_busy_loop(argv, named, capsys):
+    """Issue 9, defect 7: `agent --interval 0` busy-looped."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert named in err and "expected a number of seconds" in err
+
+
+def test_an_empty_root_is_refused_not_taken_for_the_live_system(capsys):
+    assert cli.main(["status", "--root", ""]) == 2
+    assert "--root ''" in capsys.readouterr().err
