@@ -10,6 +10,7 @@ import json
 import time
 
 from aks_flex_node import __version__, paths
+from aks_flex_node.errors import FlexNodeError
 
 SCHEMA = 1
 
@@ -31,24 +32,27 @@ class StatusFile:
         self._host = host
 
     def read(self):
+        """The last run's status, or None when no run wrote one; a file that is not a JSON
+        object is an error naming it (never taken for "no run")."""
         raw = self._host.read_bytes(paths.STATUS)
         if not raw:
             return None
         try:
-            return json.loads(raw.decode("utf-8"))
-        except ValueError:
-            return None
+            status = json.loads(raw.decode("utf-8"))
+        except ValueError as err:
+            status, why = None, f"not JSON ({err})"
+        else:
+            why = f"a JSON {type(status).__name__}, not an object"
+        if not isinstance(status, dict):
+            raise FlexNodeError(f"{paths.STATUS} is {why}",
+                                remedy=f"remove it (rm {paths.STATUS}): the next run writes it again")
+        return status
 
     def write(self, status):
         status = dict(status, schema=SCHEMA, version=__version__, updated=now_iso())
         self._host.ensure_dir(paths.STATE_DIR, 0o700)
         body = json.dumps(status, indent=2, sort_keys=True).encode() + b"\n"
         self._host.write_file(paths.STATUS, body, 0o644)
-
-    def update(self, **fields):
-        status = self.read() or {}
-        status.update(fields)
-        self.write(status)
 
     def begin(self):
         self._host.remove(paths.COMPLETE_MARKER)

@@ -8,11 +8,11 @@ import sys
 import pytest
 
 from aks_flex_node.engine.ledger import Ledger
-from aks_flex_node.paths import COMPLETE_MARKER, LEDGER as LEDGER_PATH, STATUS as STATUS_PATH
 from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.status import StatusFile
-from aks_flex_node.errors import LockHeldError
+from aks_flex_node.errors import FlexNodeError, LockHeldError
 from aks_flex_node.host import Host
+from aks_flex_node.paths import COMPLETE_MARKER, LEDGER as LEDGER_PATH, STATUS as STATUS_PATH
 
 
 @pytest.fixture
@@ -80,3 +80,26 @@ def test_status_file_and_marker(host):
     assert status.is_complete()
     status.begin()
     assert not os.path.exists(host.path(COMPLETE_MARKER))
+
+
+@pytest.mark.parametrize("content, why", [(b"[1, 2]\n", "a JSON list"), (b"{not json", "not JSON")])
+def test_a_status_file_that_is_not_an_object_is_named(tmp_path, content, why):
+    """Issue 9, defect 7: a status.json holding a list gave an internal AttributeError."""
+    from aks_flex_node import cli
+
+    host = Host(tmp_path)
+    host.ensure_dir("/var/lib/aks-flex-node", 0o700)
+    host.write_file(STATUS_PATH, content, 0o644)
+    with pytest.raises(FlexNodeError) as err:
+        StatusFile(host).read()
+    assert STATUS_PATH in err.value.message and why in err.value.message
+    assert cli.main(["status", "--root", str(tmp_path)]) == 1
+
+
+def test_a_ledger_that_does_not_parse_is_named(tmp_path):
+    host = Host(tmp_path)
+    host.ensure_dir("/var/lib/aks-flex-node", 0o700)
+    host.write_file(LEDGER_PATH, b"{truncated", 0o600)
+    with pytest.raises(FlexNodeError) as err:
+        Ledger(host)
+    assert LEDGER_PATH in err.value.message and "mv" in err.value.remedy
