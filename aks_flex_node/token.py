@@ -12,6 +12,7 @@ import argparse
 import datetime
 import json
 import os
+import stat
 import sys
 import time
 
@@ -127,6 +128,9 @@ class TokenCache:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory or a device: not our cache
+            os.close(fd)
+            return None
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
             if info.st_uid != os.geteuid() or info.st_mode & 0o077:
@@ -134,7 +138,7 @@ class TokenCache:
             try:
                 entry = json.loads(handle.read(65536))
                 token = himds.Token(str(entry["access_token"]), int(entry["expires_on"]))
-            except (ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError):  # not ours to use: fetch anew
                 return None
         if entry.get("resource") != resource or token.expires_on - now <= EARLY_EXPIRY_SECONDS:
             return None
@@ -181,9 +185,11 @@ def get_token(root, config_path=None, now=None):
         )
         try:
             cache.store(himds.AKS_RESOURCE, token)
-        except OSError as err:
-            # A read-only or full disk must not stop kubelet from getting its token.
-            print(f"aks-flex-node token: warning: cannot cache the token in {cache.path}: {err.strerror}", file=sys.stderr)
+        except (OSError, FlexNodeError) as err:
+            # A read-only or full disk must not stop the kubelet from getting its token: the
+            # cache only saves a HIMDS round trip (host.fs reports a failed write as HostFileError).
+            why = getattr(err, "message", None) or err.strerror or str(err)
+            print(f"aks-flex-node token: warning: cannot cache the token in {cache.path}: {why}", file=sys.stderr)
     return token
 
 

@@ -193,3 +193,32 @@ def test_cli_entry_point_imports_neither_the_sdk_nor_validate(node):
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not {m for m in imported if m == "azure" or m.startswith("azure.")}
     assert "validate" not in imported and "yaml" not in imported
+
+
+def test_a_cache_in_the_way_does_not_stop_the_token(node, capsys):
+    """Issue 9, defect 4: the cache is an optimisation; a path it cannot be written to (here
+    a directory where the file goes) still gives the kubelet its token."""
+    (node.root / "var/lib/aks-flex-node/token-cache.json").mkdir(parents=True)
+    code, out, _ = run(node.root)
+    assert code == 0 and json.loads(out)["status"]["token"]
+    assert "cannot cache the token" in capsys.readouterr().err
+
+
+def test_a_full_disk_does_not_stop_the_token(node, capsys):
+    state = node.root / "var/lib/aks-flex-node"
+    state.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k,mode=0700", "tmpfs", str(state)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        with open(state / "filler", "wb") as f:  # ENOSPC for the next write
+            try:
+                f.write(b"x" * 65536)
+            except OSError:
+                pass
+        code, out, _ = run(node.root)
+        assert code == 0 and json.loads(out)["status"]["token"]
+        assert "cannot cache the token" in capsys.readouterr().err
+        assert not (state / "token-cache.json").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(state)], check=False)
