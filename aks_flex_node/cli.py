@@ -284,7 +284,7 @@ def cmd_config(args):
         from aks_flex_node import upstream_config
 
         root = _root(args)
-        output = args.output or _config_path(args) or config.DEFAULT_PATH
+        target = args.output or _config_path(args) or config.DEFAULT_PATH
         with open(args.source, "rb") as f:
             try:
                 source = json.load(f)
@@ -297,11 +297,11 @@ def cmd_config(args):
         if secrets.get("sp_client_secret"):
             host.write_file(args.secret_file, secrets["sp_client_secret"].encode() + b"\n", 0o600)
             values["sp_client_secret_file"] = args.secret_file
-        config.write(output, values, root=root)
+        config.write(target, values, root=root)
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
-        config.load(output, root=root)  # what we wrote must load: fail now, not at bootstrap
-        print(f"wrote {output}" + (f" and {args.secret_file} (0600)" if secrets.get("sp_client_secret") else ""))
+        config.load(target, root=root)  # what we wrote must load: fail now, not at bootstrap
+        print(f"wrote {target}" + (f" and {args.secret_file} (0600)" if secrets.get("sp_client_secret") else ""))
         return int(ExitCode.OK)
     cfg = load_config(args)
     if args.config_command == "validate":

@@ -81,6 +81,10 @@ def test_config_show_redacts_and_validate_passes(node):
     assert shown["cluster_resource_id"] == C.CLUSTER_ID
     assert shown["sp_client_secret_file"] == SECRET_PATH
     assert C.SP_CLIENT_SECRET not in proc.stdout
+    proc = node.cli("config", "show")  # the INI form people read
+    assert proc.returncode == 0, proc.stderr
+    assert f"cluster_resource_id = {C.CLUSTER_ID}" in proc.stdout
+    assert C.SP_CLIENT_SECRET not in proc.stdout
 
 
 def upstream_doc(node):
