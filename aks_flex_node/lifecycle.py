@@ -212,8 +212,8 @@ def report_leave(outcome, out=None):
         for item in result.leftovers:
             out.write(f"  - {item}\n")
     else:
-        out.write(f"aks-flex-node: node {summary.get('machine_name')} left "
-                  f"{summary.get('cluster_resource_id')}\n")
+        cluster = str(summary.get("cluster_resource_id") or "").rsplit("/", 1)[-1]
+        out.write(f"aks-flex-node: node {summary.get('machine_name')} left {cluster}\n")
 
 
 # ---- the outcome, for `status` --------------------------------------------------------
