@@ -7,6 +7,7 @@ Kept light at import time: `token` (run by the kubelet on every credential refre
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 
@@ -22,8 +23,6 @@ def _seconds(minimum, strict):
     """An argparse type: a number of seconds (finite, >= or > `minimum`); argparse names the
     option and the value when it refuses one."""
     def parse(text):
-        import math
-
         try:
             value = float(text)
         except ValueError:

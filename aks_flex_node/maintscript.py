@@ -26,8 +26,6 @@ from aks_flex_node.errors import ConfigError, ExitCode, FlexNodeError
 
 log = logging.getLogger("aks_flex_node.maintscript")
 
-RETRY, FAIL = lifecycle.RETRY, lifecycle.FAIL
-
 # Bounds, so a hung Azure call never holds the dpkg lock for good: dpkg holds its lock for
 # the whole run, so a maintainer script that hangs wedges apt (Debian Policy 6.1, 6.8).
 JOIN_TIMEOUT_ENV = "AKS_FLEX_NODE_JOIN_TIMEOUT"
@@ -77,7 +75,7 @@ def _timeout(env_name, default):
 def join(channel, action, since_version, root):
     """postinst configure: join when asked and when it is time. Returns the exit code."""
     host = _host(root)
-    mode = channel.get(q("on_join_failure")) or RETRY
+    mode = channel.get(q("on_join_failure")) or lifecycle.RETRY
     pending = lifecycle.is_pending(host)
     if channel.get(q("join")) != "true":
         if lifecycle.clear_pending(host):
@@ -105,7 +103,7 @@ def join(channel, action, since_version, root):
                          "aks-flex-node-agent runs it when it can (aks-flex-node status --wait)\n")
         lifecycle.start_agent(host)
         return ExitCode.OK
-    if mode == RETRY:  # the mark survives a crash or the time limit: the agent takes over
+    if mode == lifecycle.RETRY:  # the mark survives a crash or the time limit: the agent takes over
         lifecycle.mark_pending(host)
     budget = _timeout(JOIN_TIMEOUT_ENV, 900.0)
     log.info("joining %s as %s (%s)", cfg.cluster.resource_id, cfg.machine_name, reason)
@@ -217,7 +215,7 @@ def _safe_get(channel, question):
     try:
         return channel.get(question)
     except (FlexNodeError, OSError, ValueError):
-        return RETRY
+        return lifecycle.RETRY
 
 
 if __name__ == "__main__":

@@ -67,22 +67,7 @@ def backup_path(node_path):
 
 
 class Paths:
-    """The node's locations for one root. Class attributes are the node paths."""
-
-    CONFIG_DIR = CONFIG_DIR
-    CONFIG = CONFIG
-    SECRET = SECRET
-    SHIPPED_DEFAULT = SHIPPED_DEFAULT
-    STATE_DIR = STATE_DIR
-    LEDGER = LEDGER
-    BACKUP_DIR = BACKUP_DIR
-    STATUS = STATUS
-    COMPLETE_MARKER = COMPLETE_MARKER
-    LOCK = LOCK
-    PENDING = PENDING
-    TOKEN_CACHE = TOKEN_CACHE
-    RUN_DIR = RUN_DIR
-    DEFAULT_CACHE_DIR = DEFAULT_CACHE_DIR
+    """The node's locations for one root: `real(p)` of the module's node paths."""
 
     def __init__(self, root="/"):
         self.root = Path(os.path.abspath(os.fspath(root or "/")))

@@ -10,7 +10,7 @@ Callers always speak in node paths ("/etc/kubernetes/..."); the Host adds the ro
 import logging
 import os
 import posixpath
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from aks_flex_node.host import fs, mounts
 from aks_flex_node.host.download import Downloader
@@ -30,8 +30,8 @@ ROOT_ENV = "AKS_FLEX_NODE_ROOT"
 
 class Host:
     def __init__(self, root="/", env=None):
-        self.root = Path(os.path.abspath(os.fspath(root)))
-        self.paths = Paths(self.root)
+        self.paths = Paths(root)
+        self.root = self.paths.root
         # The environment commands inherit (and where proxies and stand-ins are looked up).
         self.env = dict(os.environ if env is None else env)
         self.systemd = Systemd(self)
@@ -108,13 +108,15 @@ class Host:
             return []
         node = str(PurePosixPath(path))
         top = self._as_mounted(path)
-        on_top = [m for m in self.mounts_below(path) if m.point == top]
+        mounted = self.mounts_below(path)
+        on_top = [m for m in mounted if m.point == top]
         if on_top:
             return [f"{node} is a mount point ({on_top[-1].fstype} {on_top[-1].source}): "
                     "not removed"]
-        leftovers = self.unmount_below(path)
-        if leftovers:
-            return leftovers
+        if mounted:  # the common case, nothing mounted, reads the mount table once
+            leftovers = self.unmount_below(path)
+            if leftovers:
+                return leftovers
         leftovers = fs.remove_tree(real, shown=node)
         if not leftovers:
             log.info("removed %s", node)

@@ -186,14 +186,12 @@ class KubeletStep(tracked.OwnsPaths, Step):
     help = "write the kubelet's kubeconfig (exec plugin), configuration, CA, unit and drop-in"
     branch = ACTIVATE
     needs = ("kubernetes", "credentials")
-    state_dirs = (KUBELET_DIR,)
+    state_dirs = (KUBELET_DIR,)  # it fills with the kubelet's state (pods, volumes, plugins)
 
     def check(self, ctx):
         cfg, plan, data = ctx.config, Plan(), ctx.data
         for path in DIRS:
-            # The kubelet's own directory fills with its state (pods, volumes, plugins).
-            kind = "state_dir" if path == KUBELET_DIR else "dir"
-            tracked.plan_dir(ctx, plan, self.name, path, 0o755, kind=kind)
+            self.plan_dir(ctx, plan, path)
         if data.server is None:
             plan.add(f"write {KUBECONFIG} and {CA_PATH}", "the API server is not known yet",
                      owes=_restart(KUBECONFIG))

@@ -75,13 +75,12 @@ class CniConfigStep(tracked.OwnsPaths, Step):
     help = "write the bridge network configuration"
     branch = INSTALL
     needs = ("cni",)
-    state_dirs = (CNI_STATE_DIR,)
+    state_dirs = (CNI_STATE_DIR,)  # the host-local IPAM plugin's allocations
 
     def check(self, ctx):
         plan = Plan()
-        tracked.plan_dir(ctx, plan, self.name, CNI_CONF_DIR, 0o755)
-        # The host-local IPAM plugin's allocations: state of what we installed.
-        tracked.plan_dir(ctx, plan, self.name, CNI_STATE_DIR, 0o755, kind="state_dir")
+        self.plan_dir(ctx, plan, CNI_CONF_DIR)
+        self.plan_dir(ctx, plan, CNI_STATE_DIR)
         tracked.plan_file(ctx, plan, self.name, BRIDGE_CONFLIST, bridge_conflist(ctx.config), 0o644,
                           why="pod networking until a cluster CNI takes over")
         if not plan.actions:

@@ -111,11 +111,11 @@ class ContainerdConfigStep(tracked.OwnsPaths, Step):
 
     def check(self, ctx):
         plan = Plan()
-        tracked.plan_dir(ctx, plan, self.name, "/etc/containerd", 0o755)
+        self.plan_dir(ctx, plan, "/etc/containerd")
         # containerd's own state (images, snapshots): made here, so that when this node
         # leaves, unbootstrap takes it along (and leaves a pre-existing one alone).
         for state_dir in CONTAINERD_STATE_DIRS:
-            tracked.plan_dir(ctx, plan, self.name, state_dir, 0o711, kind="state_dir")
+            self.plan_dir(ctx, plan, state_dir, 0o711)
         tracked.plan_file(ctx, plan, self.name, CONTAINERD_CONFIG, containerd_config(ctx.config),
                           0o644, why="containerd's settings",
                           owes=(restart("containerd", f"{CONTAINERD_CONFIG} changed"),))

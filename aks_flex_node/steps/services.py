@@ -8,6 +8,7 @@ crash, kill -9) is still in the ledger, so the next run pays it.
 """
 
 from aks_flex_node.engine.step import ACTIVATE, RELOAD, RESTART, Plan, Step
+from aks_flex_node.engine.undo import Leftover
 
 UNITS = ("containerd", "kubelet")  # in start order: the kubelet needs containerd
 CONTAINERD_RUNTIME_DIR = "/run/containerd"
@@ -79,7 +80,5 @@ class ServicesStep(Step):
 
     @staticmethod
     def _unmount(ctx):
-        from aks_flex_node.engine.undo import Leftover
-
         return [Leftover(CONTAINERD_RUNTIME_DIR, why)
                 for why in ctx.host.unmount_below(CONTAINERD_RUNTIME_DIR)]

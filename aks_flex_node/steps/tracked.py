@@ -238,6 +238,11 @@ class OwnsPaths:
 
     state_dirs = ()
 
+    def plan_dir(self, ctx, plan, path, mode=0o755):
+        """plan_dir for this step: a `state_dir` when `path` is one of its state_dirs."""
+        kind = "state_dir" if path in self.state_dirs else "dir"
+        return plan_dir(ctx, plan, self.name, path, mode, kind=kind)
+
     def plan_undo(self, ctx, entries):
         return plan_undo_paths(ctx, entries, self.state_dirs)
 
