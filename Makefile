@@ -5,7 +5,11 @@ SYSPATH := /usr/sbin:/usr/bin:/sbin:/bin
 PY := /usr/bin/python3
 VENV := .venv-pypi
 APT_DEPS := python3 python3-azure python3-configobj python3-yaml python3-debian python3-pytest \
-            python3-cryptography python3-requests python3-venv python3-pip openssl
+            python3-cryptography python3-requests python3-venv python3-pip openssl \
+            tinyproxy-bin debconf-utils ucf po-debconf python3-debconf
+# tinyproxy-bin: the proxy binary alone (no system service); tests/integration/test_proxy.py
+# starts its own on loopback. debconf-utils, ucf, po-debconf, python3-debconf: the bad-input
+# corpus runs the package's config script and postinst on preseeded answers (tests/bad_inputs).
 PYTEST_ARGS ?=
 
 # $(call apt_install,PACKAGES): install those of PACKAGES that are not installed yet, from
@@ -18,7 +22,7 @@ missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | g
 	fi
 endef
 
-.PHONY: all deps test test-debian test-pypi demo-library bench clean
+.PHONY: all deps test test-debian test-pypi demo-library bench bad-inputs faults clean
 
 all: test
 
@@ -47,6 +51,18 @@ demo-library: deps
 
 bench: deps
 	env PATH=$(SYSPATH) $(PY) -m tests.bench
+
+# Issue 9's two tables. bad-inputs: every case of tests/bad_inputs (a bad config value, flag,
+# file state, environment variable or preseeded answer) run through the CLI on a scratch
+# root: the exit code, a message naming the field or file, the root unchanged; `make test`
+# runs the same corpus. faults: the fault matrix (kill -9 in every phase, ENOSPC, Azure
+# endpoints failing then recovering, concurrent runs) against the emulator; it rewrites
+# docs/reliability.md. `make test` runs a fast subset of it.
+bad-inputs: deps
+	env PATH=$(SYSPATH) $(PY) -m tests.bad_inputs
+
+faults: deps
+	env PATH=$(SYSPATH) $(PY) -m tests.faults
 
 clean: demo-clean
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -9,6 +9,11 @@ is retried with exponential backoff. The upstream agent re-bootstrapped from scr
 stopped the kubelet each time (Azure/AKSFlexNode v0.0.10, commands.go runDaemonLoop and
 pkg/status/collector.go NeedsBootstrap). SIGTERM ends the loop between
 or during waits, and the agent exits 0 (upstream exits 1).
+
+Each pass is handed what the previous one repaired: a repair needed again on the very next
+pass did not stick, and that pass fails saying so (engine/runner.py) rather than repairing
+it once a minute in silence; after the failure's backoff it is tried once more. What a
+step cannot observe on this host is logged when it first shows, or changes, not every pass.
 """
 
 import logging
@@ -33,6 +38,8 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
     backoff = min(10.0, interval)
     last_full = None  # when the last full pass succeeded
     idle = False  # said "nothing to watch" already: say it once, not every interval
+    repaired = frozenset()  # (phase, action) the previous pass applied
+    unknown = UnknownLog()
     while not stop.is_set():
         try:
             cfg = load_config()
@@ -57,10 +64,13 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
         idle = False
         full = last_full is None or clock() - last_full >= cloud_interval
         try:
-            result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full)
+            result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
+                                                    recent_repairs=repaired)
             ok, error = result.ok, result.error
+            repaired = result.applied
+            unknown.update(result)
         except FlexNodeError as exc:  # lock held by a manual run, etc.
-            ok, error = False, exc
+            ok, error, repaired = False, exc, frozenset()
         if ok:
             _log_pass(result, cfg, joining, full)
             if full:
@@ -91,3 +101,28 @@ def _log_pass(result, cfg, joining, full):
         log.info("joined %s as %s; keeping the node converged", cfg.cluster.name, cfg.machine_name)
     elif changed:
         log.info("%s pass: repaired %s", "full" if full else "local", ", ".join(changed))
+
+
+class UnknownLog:
+    """What the steps could not observe, logged once per agent process and again only when
+    it changes (a container without /proc/modules would otherwise say so every pass)."""
+
+    def __init__(self):
+        self.told = set()
+
+    def update(self, result):
+        from aks_flex_node.engine.runner import CHANGED, UNCHANGED
+
+        # A phase that did not get as far as its check this pass (blocked by a failure)
+        # tells nothing new: what it said before still holds.
+        checked = {phase.name for phase in result.phases
+                   if phase.status in (CHANGED, UNCHANGED) or phase.unknown}
+        now = {(phase.name, item["what"], item["reason"]) for phase in result.phases
+               if phase.name in checked for item in phase.unknown}
+        now |= {told for told in self.told if told[0] not in checked}
+        for name, what, reason in sorted(now - self.told):
+            log.warning("%s: cannot tell %s: %s; leaving it alone", name, what, reason)
+        for name, what, _reason in sorted(self.told - now):
+            if not any(n == name and w == what for n, w, _ in now):
+                log.info("%s: %s can be seen again", name, what)
+        self.told = now

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 
 from aks_flex_node import __version__, output, paths
@@ -19,20 +20,38 @@ ROOT_ENV = "AKS_FLEX_NODE_ROOT"
 CONFIG_ENV = "AKS_FLEX_NODE_CONFIG"
 
 
+# A week: longer than any wait we would ask for, and far below what time.sleep and
+# monotonic arithmetic can hold (a huge value would end in OverflowError, not a message).
+MAX_SECONDS = 7 * 24 * 3600
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")  # ASCII digits only, no exponent
+
+
 def _seconds(minimum, strict):
-    """An argparse type: a number of seconds (finite, >= or > `minimum`); argparse names the
-    option and the value when it refuses one."""
+    """An argparse type: a number of seconds (a plain decimal, > or >= `minimum`, at most
+    MAX_SECONDS); argparse names the option and the value when it refuses one. float()
+    alone would take "inf", "1e9" and non-ASCII digits."""
     def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+        value = float(text) if _DECIMAL.fullmatch(text.strip()) else math.nan
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum) \
+                or value > MAX_SECONDS:
             raise argparse.ArgumentTypeError(
-                f"{text!r}: expected a number of seconds {'greater than' if strict else 'of at least'} {minimum:g}")
+                f"{text!r}: expected a number of seconds {'greater than' if strict else 'of at least'} "
+                f"{minimum:g} and at most {MAX_SECONDS} (digits 0-9 and a decimal point)")
         return value
 
     parse.__name__ = "seconds"
+    return parse
+
+
+def _path(example):
+    """An argparse type: a path that is not empty (an unset shell variable must not quietly
+    mean the default)."""
+    def parse(text):
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a path, e.g. {example}")
+        return text
+
+    parse.__name__ = "path"
     return parse
 
 
@@ -45,9 +64,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(parser):
-    parser.add_argument("--root", default=argparse.SUPPRESS,
+    parser.add_argument("--root", default=argparse.SUPPRESS, type=_path("/mnt/image"), metavar="DIR",
                         help="act on the filesystem below DIR instead of / (tests, image building)")
-    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
+    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH", type=_path(paths.CONFIG),
                         help="configuration file (INI, or the upstream agent's config.json); "
                         "default /etc/aks-flex-node/aks-flex-node.conf")
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -116,10 +135,10 @@ def build_parser():
     ip = csub.add_parser("import", parents=[common],
                          help="convert the upstream agent's config.json into our INI file")
     ip.add_argument("source", metavar="CONFIG_JSON")
-    ip.add_argument("--output", default=None, metavar="PATH",
+    ip.add_argument("--output", default=None, metavar="PATH", type=_path(paths.CONFIG),
                     help="where to write (default: the configuration path)")
-    ip.add_argument("--secret-file", default=paths.SECRET,
-                    metavar="PATH", help="where the service principal secret goes (0600)")
+    ip.add_argument("--secret-file", default=None, metavar="PATH", type=_path(paths.SECRET),
+                    help=f"where the service principal secret goes (0600; default {paths.SECRET})")
 
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
@@ -143,11 +162,8 @@ def _setup_logging(verbosity, base=logging.WARNING):
 
 
 def _root(args):
-    root = getattr(args, "root", None)
-    if root is not None and not root.strip():
-        # An empty --root (an unset shell variable) must not quietly mean the live system.
-        raise UsageError("--root '': expected the directory of the node's filesystem, e.g. --root /mnt/image")
-    return root or os.environ.get(ROOT_ENV) or "/"
+    # An empty --root never gets here (_path refuses it): it must not mean the live system.
+    return getattr(args, "root", None) or os.environ.get(ROOT_ENV) or "/"
 
 
 def _config_path(args):
@@ -266,7 +282,10 @@ def cmd_preflight(args):
             print(line)
             if r.remedy and r.status != "pass":
                 print(f"          -> {r.remedy}")
-    return int(ExitCode.PREFLIGHT if failed else ExitCode.OK)
+    if not failed:
+        return int(ExitCode.OK)
+    # As a bootstrap would end (preflight.raise_for): 75 when every failure may pass on its own.
+    return int(ExitCode.TEMPFAIL if all(r.transient for r in failed) else ExitCode.PREFLIGHT)
 
 
 def cmd_agent(args):
@@ -280,27 +299,13 @@ def cmd_config(args):
     from aks_flex_node import config
 
     if args.config_command == "import":
-        from aks_flex_node import upstream_config
+        from aks_flex_node.config import importer
 
-        root = _root(args)
-        target = args.output or _config_path(args) or config.DEFAULT_PATH
-        with open(args.source, "rb") as f:
-            try:
-                source = json.load(f)
-            except ValueError as exc:
-                raise UsageError(f"{args.source}: not valid JSON ({exc})")
-        values, secrets, warnings = upstream_config.convert(source)
-        from aks_flex_node.host import Host
-
-        host = Host(root)
-        if secrets.get("sp_client_secret"):
-            host.write_file(args.secret_file, secrets["sp_client_secret"].encode() + b"\n", 0o600)
-            values["sp_client_secret_file"] = args.secret_file
-        config.write(target, values, root=root)
-        for warning in warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-        config.load(target, root=root)  # what we wrote must load: fail now, not at bootstrap
-        print(f"wrote {target}" + (f" and {args.secret_file} (0600)" if secrets.get("sp_client_secret") else ""))
+        target = args.output or _config_path(args)
+        done = importer.import_upstream(args.source, output=target, secret_file=args.secret_file,
+                                        root=_root(args), warn=lambda w: print(f"warning: {w}", file=sys.stderr))
+        print(f"wrote {target or config.DEFAULT_PATH}"
+              + (f" and {done.secret_file} (0600)" if done.secret_file else ""))
         return int(ExitCode.OK)
     cfg = load_config(args)
     if args.config_command == "validate":

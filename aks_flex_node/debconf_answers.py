@@ -3,15 +3,17 @@
 `render-config` (postinst, before ucf) builds the configuration file from the answers, on
 top of the current file so hand edits stay (docs/preseed.md), and moves a new client
 secret into its own 0600 file and out of debconf's database at once (debconf-devel(7):
-passwords are cleared as soon as they are used).
+passwords are cleared as soon as they are used). aks_flex_node.maintscript checks the
+files first and calls these only on files that can be used.
 """
 
 import logging
 import os
 
 from aks_flex_node import config, paths
-from aks_flex_node.debconf_channel import q
-from aks_flex_node.errors import ConfigError
+from aks_flex_node.config.fileformat import take_value
+from aks_flex_node.debconf_channel import DebconfError, q
+from aks_flex_node.errors import ConfigProblem
 
 log = logging.getLogger("aks_flex_node.maintscript")
 
@@ -32,6 +34,41 @@ QUESTION_KEYS = {
 }
 KEY_QUESTIONS = {key: question for question, key in QUESTION_KEYS.items()}
 SECRET_QUESTION = "sp_client_secret"
+# The select questions (debian/templates). debconf replaces an answer that is not one of
+# a select's choices with the first choice, in silence, whenever the question goes
+# through INPUT, shown or not (debconf's Debconf/Element/Noninteractive/Select.pm): the
+# config script keeps such an answer away from INPUT, and answer_problems refuses it.
+SELECT_QUESTIONS = ("cloud", "auth_method", "role_preset", "on_join_failure")
+
+
+def choices_of(channel, question):
+    """The values a select question takes: its template's Choices-C, as debconf loaded it."""
+    text = channel.metaget(q(question), "Choices-C")
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def answer_problems(channel):
+    """Every answer that cannot be used as given, as ConfigProblem(question, value,
+    expected): a select answer that is not one of its template's choices, a value the
+    configuration file cannot hold ('#', quotes, control characters, not UTF-8). Read
+    before anything is written, so a refused answer changes nothing."""
+    problems = []
+    strings = tuple(name for name in QUESTION_KEYS if name not in SELECT_QUESTIONS)
+    for question in SELECT_QUESTIONS + strings:
+        try:
+            value = channel.get(q(question))
+        except DebconfError:  # not UTF-8 text
+            problems.append(ConfigProblem(q(question), "(not UTF-8)", "UTF-8 text"))
+            continue
+        if question in SELECT_QUESTIONS:
+            choices = choices_of(channel, question)
+            if value not in choices:
+                problems.append(ConfigProblem(q(question), value, "one of " + ", ".join(choices)))
+            continue
+        found = []
+        take_value(QUESTION_KEYS[question], value, {}, found, origin="write")
+        problems += [ConfigProblem(q(question), value, p.expected) for p in found]
+    return problems
 
 
 def file_value(text, key):
@@ -44,19 +81,39 @@ def file_value(text, key):
     return value
 
 
-def render_config(channel, output, root):
+def take_secret(channel):
+    """The client secret answered, cleared from debconf's database at once (debconf-devel(7)
+    on passwords: clear the value as soon as possible), before anything else can fail."""
+    try:
+        secret = channel.get(q(SECRET_QUESTION))
+    except DebconfError as err:  # not UTF-8: unusable, and cleared all the same
+        log.error("%s", err.message)
+        secret = ""
+    finally:
+        channel.set(q(SECRET_QUESTION), "")
+        channel.fset(q(SECRET_QUESTION), "seen", "false")
+    return secret
+
+
+def store_secret(host, secret):
+    host.ensure_dir(paths.CONFIG_DIR, 0o755)
+    host.write_file(paths.SECRET, secret.encode("utf-8") + b"\n", 0o600)
+
+
+def render_config(channel, output, root, secret, text, secret_file_ok=True):
     """Write the configuration built from the debconf answers into `output` (0600), on top
-    of the current file (its other keys, comments and hand edits stay) or the shipped
-    default; move a new client secret into its own 0600 file and out of debconf."""
+    of the current file's `text` (its other keys, comments and hand edits stay; None or
+    empty: the shipped default); put a new client secret in its own 0600 file. With
+    `secret_file_ok` false, the secret's file (something in its way) is not touched."""
     from aks_flex_node.host import Host
 
     host = Host(root)
     # An empty or missing file starts again from the shipped default, with every key.
-    base = host.read_bytes(paths.CONFIG) or host.read_bytes(paths.SHIPPED_DEFAULT) or \
-        config.render_default().encode("utf-8")
+    base = text.encode("utf-8") if text else (
+        host.read_bytes(paths.SHIPPED_DEFAULT) or config.render_default().encode("utf-8"))
     text = base.decode("utf-8")
     values = {key: channel.get(q(question)) for question, key in QUESTION_KEYS.items()}
-    values.update(_auth_values(channel, host, values["auth_method"], text))
+    values.update(_auth_values(host, values["auth_method"], text, secret, secret_file_ok))
 
     # `output` is a path on this filesystem (the postinst's mktemp under DPKG_ROOT), so it
     # goes to config.write with root "/".
@@ -64,39 +121,27 @@ def render_config(channel, output, root):
     with os.fdopen(fd, "wb") as f:
         f.write(base)
     os.chmod(output, 0o600)
-    try:
-        config.write(output, values, root="/")
-    except ConfigError as err:
-        # A value that cannot even be written (a '#', quotes): keep the file's, say which.
-        bad = {p.key for p in err.problems}
-        for problem in err.problems:
-            log.error("%s: %s", question_of(problem.key), problem)
-        try:
-            config.write(output, {k: v for k, v in values.items() if k not in bad}, root="/")
-        except ConfigError:
-            # The file itself does not parse (a hand edit gone wrong): leave it as it is;
-            # the join step reports it again and does not join.
-            log.error("%s is left as it is: fix it, then run dpkg-reconfigure aks-flex-node",
-                      paths.CONFIG)
+    # The answers passed answer_problems, so a ConfigError here is the file itself (a hand
+    # edit gone wrong): the caller leaves it as it is, and the join step shows the note.
+    config.write(output, values, root="/")
 
 
-def _auth_values(channel, host, method, text):
-    """The auth keys that go with the chosen method; the secret is consumed here."""
-    secret = channel.get(q(SECRET_QUESTION))
-    # debconf-devel(7) on passwords: clear the value out of the database as soon as possible.
-    channel.set(q(SECRET_QUESTION), "")
-    channel.fset(q(SECRET_QUESTION), "seen", "false")
+def _auth_values(host, method, text, secret, secret_file_ok):
+    """The auth keys that go with the chosen method, and the secret's file."""
     out = {}
     if method != "managed-identity":
         out["managed_identity_client_id"] = ""
     if method != "service-principal":
         out.update(sp_client_id="", sp_client_secret_file="", sp_certificate_file="")
-        if host.remove(paths.SECRET):
+        if secret_file_ok and host.remove(paths.SECRET):
             log.info("removed %s: auth_method is %s", paths.SECRET, method)
         return out
+    if not secret_file_ok:
+        log.error("%s is left as it is (it is not a file)%s", paths.SECRET,
+                  ": the client secret given is not stored" if secret else "")
+        return out
     if secret:
-        host.ensure_dir("/etc/aks-flex-node", 0o755)
-        host.write_file(paths.SECRET, secret.encode("utf-8") + b"\n", 0o600)
+        store_secret(host, secret)
         out.update(sp_client_secret_file=paths.SECRET, sp_certificate_file="")
     elif not file_value(text, "sp_client_secret_file") and not file_value(text, "sp_certificate_file") \
             and host.read_bytes(paths.SECRET) is not None:

@@ -48,20 +48,52 @@ class Debconf:
 
     def get(self, question):
         try:
-            return self._call("get", question)
+            value = self._call("get", question)
         except self._errors as err:
             code, text = (list(err.args) + ["", ""])[:2]
             raise DebconfError(f"debconf GET {question}: {text} (code {code})",
                                remedy="reinstall the package so its templates are loaded")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # the reader's surrogateescape kept bytes that are not UTF-8
+            raise DebconfError(f"debconf GET {question}: the answer is not UTF-8 text",
+                               remedy=f"answer {question} again (dpkg-reconfigure aks-flex-node) "
+                               "or preseed it in UTF-8") from None
+        return value
 
     def set(self, question, value):
         self._call("set", question, value)
+
+    def metaget(self, question, field):
+        """A field of the question's template as debconf loaded it (debian/templates), e.g.
+        Choices-C."""
+        try:
+            return self._call("metaget", question, field)
+        except self._errors as err:
+            code, text = (list(err.args) + ["", ""])[:2]
+            raise DebconfError(f"debconf METAGET {question} {field}: {text} (code {code})",
+                               remedy="reinstall the package so its templates are loaded")
 
     def fset(self, question, flag, value):
         self._call("fset", question, flag, value)
 
     def subst(self, question, key, value):
         self._call("subst", question, key, value)
+
+    def input(self, priority, question):
+        """Ask debconf to show `question` at the next GO; False when it says it will not
+        (code 30 in debconf-devel(7))."""
+        try:
+            self._call("input", priority, question)
+            return True
+        except self._errors:
+            return False
+
+    def go(self):
+        try:
+            self._call("go")
+        except self._errors:  # code 30: the user backed up; a note has nothing to go back to
+            pass
 
     def progress(self, *words):
         # PROGRESS is debconf's extension (Debconf/ConfModule.pm); failures only cost the bar.
@@ -79,7 +111,9 @@ def attach_debconf():
     # confmodule moves the channel's write end to fd 3 and points stdout at stderr
     # (DEBCONF_REDIR); replies always come on stdin.
     write_fd = 3 if os.environ.get("DEBCONF_REDIR") else 1
-    read = os.fdopen(os.dup(0), "r", encoding="utf-8", newline="\n")
+    # A reply that is not UTF-8 (a preseed, or a value the config script copied from a
+    # hand-edited file) must not end the script with a traceback: get() reports it.
+    read = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="surrogateescape", newline="\n")
     write = os.fdopen(os.dup(write_fd), "w", encoding="utf-8", newline="\n")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -93,6 +127,22 @@ def attach_debconf():
 
 def q(name):
     return QUESTION_PREFIX + name
+
+
+def show_note(channel, template, **subst):
+    """Show an error note (a Type: error template) at critical priority, which every
+    frontend shows: noninteractive prints it on the terminal and mails it to root when it
+    can (debconf's Element/Noninteractive/Error.pm). A note that cannot be shown costs
+    only the note: the caller says the same on stderr."""
+    try:
+        for key, value in subst.items():
+            channel.subst(q(template), key, " ".join(str(value).split()))
+        # GO even when INPUT says 30: noninteractive still queued the note to print it.
+        channel.input("critical", q(template))
+        channel.go()
+        channel.fset(q(template), "seen", "false")  # the same problem again is shown again
+    except (FlexNodeError, OSError, ValueError):
+        log.debug("debconf note %s failed", template, exc_info=True)
 
 
 class DebconfProgress:

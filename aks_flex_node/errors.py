@@ -95,3 +95,10 @@ class TemporaryError(FlexNodeError):
 
 class LockHeldError(TemporaryError):
     code = "locked"
+
+
+class RepairDidNotStick(FlexNodeError):
+    """An action the previous pass applied is needed again: repeating it would hide that
+    something undoes it, or that it does nothing on this host."""
+
+    code = "repair-did-not-stick"

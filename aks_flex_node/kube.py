@@ -17,8 +17,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from aks_flex_node.azure.himds import is_loopback
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.http_policy import DIRECT
 from aks_flex_node.polling import poll
 
 
@@ -59,26 +59,24 @@ def _node_summary(node):
 
 
 class KubeClient:
-    def __init__(self, server, ca_pem, token_provider, timeout=15, proxy=None):
+    def __init__(self, server, ca_pem, token_provider, timeout=15, policy=None):
         """`server` is the apiserver URL, `ca_pem` the cluster CA (PEM bytes),
         `token_provider()` returns a bearer token (called per request, so a refreshed
-        token is picked up), `proxy` an https proxy URL or None for the environment's."""
+        token is picked up), `policy` the run's http_policy.HttpPolicy (the proxy for the
+        apiserver's host, unless no_proxy covers it); None: direct. The environment's
+        proxy variables are never read. The CA is the cluster's, never ca_bundle."""
         parts = urllib.parse.urlsplit(server or "")
         if parts.scheme != "https" or not parts.hostname:
             raise KubeError(f"apiserver server = {server!r}: expected an https:// URL")
         self.server = server.rstrip("/")
         self.timeout = timeout
         self._token_provider = token_provider
+        self.policy = policy if policy is not None else DIRECT
         try:
-            context = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+            context = self.policy.ssl_context(cadata=ca_pem.decode("ascii"))
         except (ssl.SSLError, ValueError, UnicodeDecodeError, AttributeError) as err:
             raise KubeError(f"apiserver certificate-authority-data: expected PEM certificates ({err})") from None
-        handlers = [urllib.request.HTTPSHandler(context=context), _NoRedirect()]
-        if proxy:
-            handlers.append(urllib.request.ProxyHandler({"https": proxy}))
-        elif is_loopback(parts.hostname):
-            handlers.append(urllib.request.ProxyHandler({}))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._opener = self.policy.opener(self.server, context, _NoRedirect())
 
     def _call(self, method, path):
         """Return (status, parsed JSON or None); raise typed errors for 401/403/no answer."""

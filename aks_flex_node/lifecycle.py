@@ -14,6 +14,7 @@ import threading
 
 from aks_flex_node import config, operations, paths
 from aks_flex_node.engine.ledger import Ledger
+from aks_flex_node.engine.lock import writing_state
 from aks_flex_node.errors import ExitCode, FlexNodeError
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,15 @@ def is_pending(host):
 
 
 def mark_pending(host):
-    host.ensure_dir(paths.STATE_DIR, 0o700)
-    host.write_file(paths.PENDING, b"", 0o600)
+    with writing_state(host.path(paths.PENDING)):
+        host.ensure_dir(paths.STATE_DIR, 0o700)
+        host.write_file(paths.PENDING, b"", 0o600)
 
 
 def clear_pending(host):
     """Cancel a pending join; True when one was pending."""
-    return host.remove(paths.PENDING)
+    with writing_state(host.path(paths.PENDING)):
+        return host.remove(paths.PENDING)
 
 
 def joined(host):
@@ -123,8 +126,14 @@ def leave(host, keep_cloud=False, progress=None, lock_wait=60.0):
     """Take the node out of the cluster the ledger names. Returns (UndoResult, summary),
     or None when nothing is joined. The config's own cluster and name give way to the
     ledger's: a hand edit must not make us undo another node's join."""
-    if clear_pending(host):
-        log.info("the pending join is cancelled")
+    # Best effort, as all of a leave (kubeadm reset): a mark that cannot be removed (a
+    # directory with content in its place) must not keep the node joined.
+    try:
+        if clear_pending(host):
+            log.info("the pending join is cancelled")
+    except FlexNodeError as err:
+        log.warning("the pending join is not cancelled: %s; remove %s by hand (the leave goes on)",
+                    err.message, paths.PENDING)
     former, recorded = joined(host)
     if not former and not recorded:
         return None
@@ -220,28 +229,37 @@ def report_leave(outcome, out=None):
 
 
 def last_status(host):
-    """status.json, or what an untouched node says."""
+    """status.json as it stands (a killed run's "running" reads as "interrupted"), or what
+    an untouched node says."""
     from aks_flex_node.engine.status import StatusFile
 
-    return StatusFile(host).read() or {"state": "unjoined", "message": "no bootstrap has run on this node"}
+    return StatusFile(host).current() or {"state": "unjoined", "message": "no bootstrap has run on this node"}
 
 
 def wait_for_outcome(host, timeout, poll=0.5):
     """Wait until a run has completed and no join is pending (a pending join's failed
-    attempts are retried by the agent, so they are not the end); the status then.
+    attempts are retried by the agent, so they are not the end); the status then. A run
+    that was interrupted (killed: its record says "running" but nobody holds the run lock)
+    is an outcome too, returned at once: waiting would only wait out `timeout`.
     TemporaryError when `timeout` seconds pass first, with the last attempt's error."""
     import time
 
-    from aks_flex_node.engine.status import PENDING, StatusFile
+    from aks_flex_node.engine.status import INTERRUPTED, PENDING, RUNNING, StatusFile
     from aks_flex_node.errors import TemporaryError
 
     status_file = StatusFile(host)
     deadline = time.monotonic() + timeout
-    while not status_file.is_complete() or (status_file.read() or {}).get("state") == PENDING:
+    while True:
+        status = status_file.current() or {}
+        if status.get("state") == INTERRUPTED:
+            return status
+        # A run says "running" just before it drops the last run's marker: not over yet.
+        if status_file.is_complete() and status.get("state") not in (PENDING, RUNNING):
+            break
         if time.monotonic() >= deadline:
             if not is_pending(host):
                 raise TemporaryError(f"no run completed within {timeout:.0f} s")
-            last_error = ((status_file.read() or {}).get("error") or {}).get("message")
+            last_error = (status.get("error") or {}).get("message")
             raise TemporaryError(f"the join is still pending after {timeout:.0f} s"
                                  + (f"; the last attempt: {last_error}" if last_error else
                                     "; an attempt is running"))

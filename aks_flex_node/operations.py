@@ -5,6 +5,7 @@ calls these; so do the CLI and the agent.
 """
 
 import logging
+import os
 import time
 
 from aks_flex_node import paths
@@ -39,11 +40,14 @@ def _identity(cfg):
 
 
 def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
-              ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False):
+              ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False,
+              recent_repairs=frozenset()):
     """Join this node. Returns (RunResult, status dict).
 
     `local_only` (the agent's frequent pass) converges the host but asks Azure nothing: the
     cloud steps reuse the facts the last full run recorded. Without them it is a full run.
+    `recent_repairs` (the agent's previous pass's `RunResult.applied`): an action among
+    them needed again fails its phase as a repair that did not stick (engine/runner.py).
     """
     from aks_flex_node.steps.workflow import bootstrap_steps
 
@@ -57,13 +61,12 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)
         runner = Runner(bootstrap_steps(), ctx, sequential=sequential, dry_run=dry_run,
-                        only=only, skip=skip, progress=progress)
+                        only=only, skip=skip, progress=progress, recent_repairs=recent_repairs)
         base = dict(_identity(cfg), operation="bootstrap",
                     mode="sequential" if sequential else "concurrent",
                     **{"pass": "local" if ctx.local_only else "full"})
         if not dry_run:
-            status_file.begin()
-            status_file.write(dict(base, state=st.RUNNING, started=st.now_iso(), phases=[]))
+            _mark_running(status_file, base)
         result = runner.run()
         phases = [p.to_dict() for p in result.phases if p.name in runner.selected]
         code = exit_code_of(result.error)
@@ -106,7 +109,7 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
         ctx = Context(cfg, host, ledger, options={"dry_run": dry_run})
         status_file = st.StatusFile(host)
         if not dry_run:
-            status_file.begin()
+            _mark_running(status_file, dict(_identity(cfg), operation="unbootstrap"))
         result = run_undo(unbootstrap_steps(), ctx, dry_run=dry_run,
                           keep_cloud=keep_cloud_resources, progress=progress)
         if not dry_run:
@@ -122,6 +125,15 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
             status_file.write(summary)
             status_file.complete()
         return result, summary
+
+
+def _mark_running(status_file, base):
+    """Say a run is going, then drop the last run's completion marker: a run killed at any
+    point after this leaves "running", which readers show as interrupted once the lock is
+    free (engine/status.py), so `status --wait` is never left waiting for a marker."""
+    status_file.write(dict(base, state=st.RUNNING, started=st.now_iso(), pid=os.getpid(),
+                           phases=[]))
+    status_file.begin()
 
 
 def _remove_run_state(host, ledger):

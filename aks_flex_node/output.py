@@ -20,6 +20,8 @@ class PhasePrinter:
             return
         self.done += 1
         message = "; ".join(c["what"] for c in result.changes) or result.message
+        if result.changes and result.unknown:  # else the message says it already
+            message += "; cannot tell: " + "; ".join(f"{u['what']} ({u['reason']})" for u in result.unknown)
         took = f"{result.duration:6.1f}s" if result.duration is not None else "       "
         line = f"[{self.done:2d}/{total}] {result.name:<18} {result.status:<10} {took}  {message}"
         self.stream.write(("\x1b[2K" if self.tty else "") + line.rstrip() + "\n")
@@ -48,10 +50,15 @@ def print_status(status, pending):
         print(f"  {phase['name']:<18} {phase['status']:<10} {took:>7}  {phase.get('message', '')}")
         for change in phase.get("changes", []):
             print(f"  {'':<18} - {change['what']}")
+        if phase.get("changes"):
+            for item in phase.get("unknown", []):
+                print(f"  {'':<18} - cannot tell {item['what']}: {item['reason']}")
     for owed in status.get("owed", []):
         print(f"owed: {owed['kind']} {owed['unit']} ({owed['reason']})")
     if status.get("error"):
         print(f"error: {status['error'].get('message')}")
+        if status["error"].get("remedy"):
+            print(f"what to do: {status['error']['remedy']}")
     if pending:
         print("the join is pending: aks-flex-node-agent retries it (journalctl -u aks-flex-node-agent)")
     for item in status.get("leftovers", []):

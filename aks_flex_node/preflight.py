@@ -5,15 +5,19 @@ A check returns None (pass) or a Finding. Errors stop a bootstrap unless named i
 """
 
 import dataclasses
+import http.client
 import os
 import platform
 import shutil
 import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 
-from aks_flex_node.errors import PreflightError
+from aks_flex_node.errors import PreflightError, TemporaryError
+from aks_flex_node.host.kernel import Unknown
+from aks_flex_node.http_policy import DIRECT, ProxySettingError
 
 ERROR = "error"
 WARNING = "warning"
@@ -21,11 +25,19 @@ MIN_FREE_BYTES = 2 * 1024**3  # binaries, images and logs of a small node
 SUPPORTED_OS = {"debian": 12, "ubuntu": 22}
 
 
+class PreflightTransientError(TemporaryError):
+    """Every failed check failed in a way that passes on its own (a timeout, a dropped
+    connection): exit 75, so the agent tries the join again instead of waiting for a fix."""
+
+    code = "preflight"
+
+
 @dataclasses.dataclass
 class Finding:
     severity: str
     message: str
     remedy: str = ""
+    transient: bool = False  # may pass on its own: see _is_transient
 
 
 @dataclasses.dataclass
@@ -34,6 +46,7 @@ class Result:
     status: str  # pass | warning | error | ignored | skipped
     message: str = ""
     remedy: str = ""
+    transient: bool = False
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -86,7 +99,11 @@ def check_cgroups(ctx):
 
 
 def check_swap(ctx):
-    if ctx.host.kernel.swap_active():
+    on = ctx.host.kernel.swap_on()
+    if isinstance(on, Unknown):
+        return Finding(WARNING, f"cannot tell whether swap is on: {on.reason}",
+                       "the system phase comments swap out of /etc/fstab all the same")
+    if on:
         return Finding(WARNING, "swap is on", "the system phase turns it off and comments it "
                        "out of /etc/fstab")
 
@@ -94,21 +111,25 @@ def check_swap(ctx):
 def check_modules(ctx):
     from aks_flex_node.steps.system import MODULES
 
-    loaded = ctx.host.kernel.modules_loaded()
     release = platform.release()
-    builtin = (ctx.host.read_bytes(f"/lib/modules/{release}/modules.builtin") or b"").decode()
     dep = (ctx.host.read_bytes(f"/lib/modules/{release}/modules.dep") or b"").decode()
-    missing = [m for m in MODULES
-               if m not in loaded and f"/{m}.ko" not in builtin and f"/{m}.ko" not in dep]
+    states = {m: ctx.host.kernel.module_loaded(m) for m in MODULES}
+    unknown = [m for m, state in states.items() if isinstance(state, Unknown)]
+    missing = [m for m, state in states.items()
+               if state is False and f"/{m}.ko" not in dep]
     if missing:
         return Finding(WARNING, f"kernel module(s) {', '.join(missing)} neither loaded nor found "
                        f"for kernel {release}", "install the kernel's modules package "
                        "(linux-image-*) or load them from the container host")
+    if unknown:
+        return Finding(WARNING, f"cannot tell whether kernel module(s) {', '.join(unknown)} are "
+                       f"loaded: {states[unknown[0]].reason}",
+                       "on a container, load them on its host (modprobe)")
 
 
 def check_ip_forward(ctx):
-    raw = ctx.host.read_bytes("/proc/sys/net/ipv4/ip_forward")
-    if raw is not None and raw.strip() != b"1":
+    value = ctx.host.kernel.sysctl("net.ipv4.ip_forward")
+    if not isinstance(value, Unknown) and value != "1":
         return Finding(WARNING, "net.ipv4.ip_forward is 0", "the system phase sets it to 1")
 
 
@@ -157,30 +178,74 @@ def check_azcmagent(ctx):
                        "(https://aka.ms/azcmagent-linux), then run again")
 
 
-def _reachable(url, ca_bundle, proxy, timeout=5):
-    """None when an HTTP answer (any status) comes back, else why not."""
-    context = ssl.create_default_context(cafile=ca_bundle) if url.startswith("https") else None
-    handlers = [urllib.request.HTTPSHandler(context=context)] if context else []
-    if proxy:
-        handlers.append(urllib.request.ProxyHandler({"https": proxy, "http": proxy}))
-    opener = urllib.request.build_opener(*handlers)
+# A reachability probe that failed in a transient way is tried once more after this pause.
+RETRY_PAUSE = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Unreachable:
+    why: str
+    transient: bool
+
+
+def _is_transient(reason):
+    """Whether a failure to reach an endpoint may pass on its own. Transient: a timeout (a
+    stall, or a firewall that drops packets: we cannot tell them apart, and the message
+    still names the firewall), a connection reset, aborted or closed without an answer (also
+    mid TLS handshake), and a DNS answer of "try again" (EAI_AGAIN). Definite, needing
+    a fix: a name that does not resolve, a refused connection (nothing listens there, or a
+    firewall rejects us; for HIMDS, himdsd is not running though the agent says Connected),
+    a TLS certificate that does not verify, any other TLS or OS error."""
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return False
+    if isinstance(reason, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+        return True
+    if isinstance(reason, socket.gaierror):
+        return reason.errno == socket.EAI_AGAIN
+    if isinstance(reason, ConnectionRefusedError):
+        return False
+    return isinstance(reason, (TimeoutError, ConnectionResetError, ConnectionAbortedError,
+                               BrokenPipeError, http.client.HTTPException))
+
+
+def _probe(url, policy, cafile, timeout):
+    opener = policy.opener(url, policy.ssl_context(cafile=cafile))
     try:
         opener.open(urllib.request.Request(url, method="GET"), timeout=timeout).close()
     except urllib.error.HTTPError:
-        return None
-    except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
-        return str(getattr(exc, "reason", exc))
+        return None  # an answer, whatever its status
+    except urllib.error.URLError as exc:
+        return Unreachable(str(exc.reason), _is_transient(exc.reason))
+    except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
+        return Unreachable(str(exc) or type(exc).__name__, _is_transient(exc))
     return None
+
+
+def _reachable(url, policy, cafile=None, timeout=5, pause=RETRY_PAUSE):
+    """None when an HTTP answer (any status) comes back, else an Unreachable saying why.
+    Through the proxy or not as the run's HttpPolicy says for `url`; `cafile` replaces its
+    CA bundle. A transient failure is tried once more after `pause` s, so one dropped
+    connection or one stall is not taken for a broken network."""
+    failure = _probe(url, policy, cafile, timeout)
+    if failure is not None and failure.transient:
+        time.sleep(pause)
+        failure = _probe(url, policy, cafile, timeout)
+    return failure
+
+
+def _unreachable(what, failure, remedy):
+    again = " (tried twice)" if failure.transient else ""
+    return Finding(ERROR, f"{what} is unreachable{again}: {failure.why}", remedy, transient=failure.transient)
 
 
 def check_arm(ctx):
     endpoints = ctx.config.endpoints
     for label, url in (("Azure Resource Manager", endpoints.arm),
                        ("Entra ID", endpoints.authority)):
-        why = _reachable(url, endpoints.ca_bundle, ctx.config.https_proxy or None)
-        if why:
-            return Finding(ERROR, f"{label} at {url} is unreachable: {why}",
-                           "check DNS, the firewall and https_proxy / no_proxy in the config")
+        failure = _reachable(url, ctx.http_policy)
+        if failure:
+            return _unreachable(f"{label} at {url}", failure,
+                                "check DNS, the firewall and https_proxy / no_proxy in the config")
 
 
 def check_himds(ctx):
@@ -189,10 +254,11 @@ def check_himds(ctx):
     shown = Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
     if not shown or str(shown.get("status", "")).lower() != "connected":
         return None  # nothing to reach before the machine is connected
-    why = _reachable(ctx.config.himds_endpoint, None, None)
-    if why:
-        return Finding(ERROR, f"HIMDS at {ctx.config.himds_endpoint} is unreachable: {why}",
-                       "systemctl restart himdsd (the Azure Connected Machine agent)")
+    # HIMDS is on this machine: always direct, whatever the proxy settings (azure/himds.py).
+    failure = _reachable(ctx.config.himds_endpoint, DIRECT)
+    if failure:
+        return _unreachable(f"HIMDS at {ctx.config.himds_endpoint}", failure,
+                            "systemctl restart himdsd (the Azure Connected Machine agent)")
 
 
 def check_cluster_api(ctx):
@@ -204,11 +270,23 @@ def check_cluster_api(ctx):
     except FlexNodeError:
         return None  # not known before the credentials phase; it is checked there
     ca_file = ctx.host.path(CA_PATH)
-    why = _reachable(server.rstrip("/") + "/readyz", ca_file if os.path.exists(ca_file) else None,
-                     ctx.config.https_proxy or None)
-    if why:
-        return Finding(ERROR, f"the cluster's API server {server} is unreachable: {why}",
-                       "check the firewall and proxy settings")
+    failure = _reachable(server.rstrip("/") + "/readyz", ctx.http_policy,
+                         cafile=ca_file if os.path.exists(ca_file) else None)
+    if failure:
+        return _unreachable(f"the cluster's API server {server}", failure,
+                            "check the firewall and proxy settings")
+
+
+def check_proxy(ctx):
+    """What the proxy settings cannot be handed to, found before anything changes: the Arc
+    agent's limits (http_policy.HttpPolicy.check_for_azcmagent) and what a systemd
+    environment file cannot hold."""
+    policy = ctx.http_policy
+    try:
+        policy.check_for_azcmagent()
+        policy.environment_file(ctx.config.cluster_domain)
+    except ProxySettingError as err:
+        return Finding(ERROR, str(err), "change https_proxy (and no_proxy) in the config")
 
 
 def check_joined_elsewhere(ctx):
@@ -223,7 +301,8 @@ CHECKS = (
     ("root", check_root), ("os", check_os), ("arch", check_arch), ("cgroups", check_cgroups),
     ("swap", check_swap), ("kernel-modules", check_modules), ("ip-forward", check_ip_forward),
     ("port-10250", check_port), ("clock", check_clock), ("disk-space", check_disk),
-    ("azcmagent", check_azcmagent), ("himds", check_himds), ("azure-endpoints", check_arm),
+    ("azcmagent", check_azcmagent), ("himds", check_himds), ("proxy", check_proxy),
+    ("azure-endpoints", check_arm),
     ("cluster-api", check_cluster_api), ("joined-elsewhere", check_joined_elsewhere),
 )
 CHECK_NAMES = tuple(name for name, _ in CHECKS)
@@ -251,16 +330,23 @@ def run_checks(ctx, ignored=()):
         if finding is None:
             results.append(Result(name, "pass"))
         elif finding.severity == ERROR and (name in ignored or "all" in ignored):
-            results.append(Result(name, "ignored", finding.message, finding.remedy))
+            results.append(Result(name, "ignored", finding.message, finding.remedy, finding.transient))
         else:
-            results.append(Result(name, finding.severity, finding.message, finding.remedy))
+            results.append(Result(name, finding.severity, finding.message, finding.remedy,
+                                  finding.transient))
     return results
 
 
 def raise_for(results):
+    """PreflightError (exit 3) when a check failed; PreflightTransientError (exit 75) when
+    every failure may pass on its own (a timeout, a dropped connection)."""
     errors = [r for r in results if r.status == ERROR]
     if errors:
         lines = [f"{r.name}: {r.message}" + (f" ({r.remedy})" if r.remedy else "") for r in errors]
-        raise PreflightError(
-            f"{len(errors)} preflight check(s) failed:\n  " + "\n  ".join(lines),
-            remedy="fix them, or pass --ignore-preflight-errors=" + ",".join(r.name for r in errors))
+        message = f"{len(errors)} preflight check(s) failed:\n  " + "\n  ".join(lines)
+        remedy = "fix them, or pass --ignore-preflight-errors=" + ",".join(r.name for r in errors)
+        if all(r.transient for r in errors):
+            raise PreflightTransientError(
+                message, remedy="this may pass on its own: run again later (the agent, "
+                "aks-flex-node-agent, retries a pending join); if it lasts, " + remedy)
+        raise PreflightError(message, remedy=remedy)

@@ -15,11 +15,13 @@ import os
 import stat
 import sys
 import time
+import urllib.parse
 
-from aks_flex_node import paths
+from aks_flex_node import paths, strictmodes
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import ExitCode, FlexNodeError
 from aks_flex_node.host import fs
+from aks_flex_node.http_policy import is_loopback
 
 # client-go compares the expiry with no skew margin (kubernetes/client-go,
 # plugin/pkg/client/auth/exec/exec.go): announce the
@@ -28,30 +30,35 @@ EARLY_EXPIRY_SECONDS = 300
 EXEC_API_GROUP = "client.authentication.k8s.io"
 EXEC_API_VERSIONS = (f"{EXEC_API_GROUP}/v1", f"{EXEC_API_GROUP}/v1beta1")
 DEFAULT_EXEC_API_VERSION = f"{EXEC_API_GROUP}/v1beta1"
+# The kubelet waits for this command on a token refresh: HIMDS retries (429, 5xx, no
+# answer; azure/himds.py) stop after this many seconds, so the worst case stays near 20 s
+# (a request under way at the deadline may add up to himds.MIN_REQUEST_TIME).
+HIMDS_BUDGET = 20.0
 
 
 class TokenCommandError(FlexNodeError):
     code = "token"
 
 
-def read_settings(config_path, required):
+def read_settings(config_path, required, root="/"):
     """The few keys this command needs: himds_endpoint, himds_key_dir.
 
     Keys are unique across sections (docs/design.md), so search every section. A missing
     default config file means defaults: the plugin must work on a node configured by
-    hand. Types are checked here, without configobj's validate.
+    hand. Types are checked here, without configobj's validate. The file is read only if
+    nobody but root can change it (StrictModes, as every other command reads it): it
+    names where the HIMDS challenge key is sent and read from.
     """
     settings = {"himds_endpoint": himds.DEFAULT_ENDPOINT, "himds_key_dir": himds.DEFAULT_KEY_DIR}
     if not os.path.exists(config_path):
         if required:
             raise TokenCommandError(f"--config {config_path!r}: the file does not exist")
         return settings
-    import configobj  # deferred: only needed when there is a file to read
-
-    try:
-        parsed = configobj.ConfigObj(config_path, encoding="utf-8", file_error=True, interpolation=False)
-    except (configobj.ConfigObjError, OSError) as err:
-        raise TokenCommandError(f"cannot read {config_path}: {err}") from None
+    unsafe = strictmodes.problems("config file", str(config_path), config_path, root)
+    if unsafe:
+        # It says where the HIMDS challenge key is sent: whoever can change it gets a token.
+        raise TokenCommandError(f"config file {config_path}: expected " + "; ".join(p.expected for p in unsafe))
+    parsed = _parse(config_path)
 
     def find(section, key):
         if key in section.scalars:
@@ -73,26 +80,109 @@ def read_settings(config_path, required):
         raise TokenCommandError(
             f"himds_key_dir = {settings['himds_key_dir']!r} in {config_path}: expected an absolute path"
         )
+    _check_loopback(settings["himds_endpoint"], config_path)
     return settings
 
 
+def _file_kind(mode):
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _parse(config_path):
+    """The file parsed by configobj, or a TokenCommandError naming the file.
+
+    stat() before opening, as aks_flex_node/config/fileformat.py not_regular() does:
+    opening a FIFO waits for a writer, and the kubelet would wait with us. The open is
+    non-blocking and the descriptor is checked again, in case the file was swapped.
+    """
+    import configobj  # deferred: only needed when there is a file to read
+
+    try:
+        if not stat.S_ISREG(os.stat(config_path).st_mode):
+            raise TokenCommandError(f"cannot read {config_path}: expected a regular file, "
+                                    f"it is {_file_kind(os.stat(config_path).st_mode)}")
+        fd = os.open(config_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise TokenCommandError(f"cannot read {config_path}: expected a regular file, "
+                                        f"it is {_file_kind(mode)}")
+            data = handle.read()
+    except OSError as err:
+        raise TokenCommandError(f"cannot read {config_path}: {err.strerror or err}") from None
+    try:
+        text = data.decode("utf-8-sig")  # configobj's encoding="utf-8" also drops a BOM
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise TokenCommandError(
+            f"cannot read {config_path}: expected UTF-8 text (line {line} has the byte "
+            f"0x{data[err.start]:02x}, which UTF-8 does not allow there)",
+            remedy="rewrite the file in UTF-8, for example with `iconv -t UTF-8`",
+        ) from None
+    try:
+        return configobj.ConfigObj(text.splitlines(), interpolation=False)
+    except configobj.ConfigObjError as err:
+        first = (getattr(err, "errors", None) or [err])[0]
+        if not hasattr(first, "line_number"):
+            raise TokenCommandError(f"cannot read {config_path}: {first}") from None
+        # The same words as aks_flex_node/config/fileformat.py parse_problem().
+        expected = {"DuplicateError": "each key and section once",
+                    "NestingError": "sections without nesting: [section] only"}.get(
+            type(first).__name__, "key = value, a [section] line, or a # comment line")
+        raise TokenCommandError(
+            f"{config_path} line {first.line_number} = {first.line.strip()!r}: expected {expected}"
+        ) from None
+
+
+def _check_loopback(endpoint, config_path):
+    """himds_endpoint must be on this machine: the challenge key read from the key
+    directory travels back to it in clear (azure/himds.py token_url says the same, without
+    the file's name)."""
+    try:
+        parts = urllib.parse.urlsplit(endpoint)
+        host = parts.hostname
+    except ValueError:
+        host, parts = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise TokenCommandError(
+            f"himds_endpoint = {endpoint!r} in {config_path}: expected an http:// URL such as {himds.DEFAULT_ENDPOINT}"
+        )
+    if not is_loopback(host):
+        raise TokenCommandError(
+            f"himds_endpoint = {endpoint!r} in {config_path}: expected a URL on this machine (127.0.0.1, ::1 "
+            f"or localhost) such as {himds.DEFAULT_ENDPOINT}: the HIMDS challenge key must not leave it"
+        )
+
+
 def exec_api_version(environ):
-    """The ExecCredential version kubelet asked for in KUBERNETES_EXEC_INFO
-    (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#client-go-credential-plugins)."""
+    """The ExecCredential version kubelet asked for in KUBERNETES_EXEC_INFO.
+
+    client-go sets it to an ExecCredential object with its apiVersion and kind
+    (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#input-and-output-formats;
+    kubernetes/client-go plugin/pkg/client/auth/exec/exec.go). Anything else means the
+    caller is not speaking that protocol: refused, not guessed. Unset (or empty), as from
+    a caller older than the variable or a person at a shell, means the default version.
+    """
     raw = environ.get("KUBERNETES_EXEC_INFO", "")
     if not raw.strip():
         return DEFAULT_EXEC_API_VERSION
+    expected = (f"expected a JSON ExecCredential object such as "
+                f'{{"apiVersion": "{EXEC_API_VERSIONS[0]}", "kind": "ExecCredential"}}')
     try:
         info = json.loads(raw)
-        version = info.get("apiVersion") if isinstance(info, dict) else None
-    except ValueError:
-        raise TokenCommandError("KUBERNETES_EXEC_INFO: expected a JSON ExecCredential object") from None
-    if not version:
-        return DEFAULT_EXEC_API_VERSION
+    except ValueError as err:
+        raise TokenCommandError(f"KUBERNETES_EXEC_INFO is not JSON ({err}): {expected}") from None
+    if not isinstance(info, dict):
+        raise TokenCommandError(f"KUBERNETES_EXEC_INFO = {raw.strip()[:80]!r}: {expected}")
+    version, kind = info.get("apiVersion"), info.get("kind")
     if version not in EXEC_API_VERSIONS:
         raise TokenCommandError(
             f"KUBERNETES_EXEC_INFO apiVersion = {version!r}: expected one of {', '.join(EXEC_API_VERSIONS)}"
         )
+    if kind != "ExecCredential":
+        raise TokenCommandError(f"KUBERNETES_EXEC_INFO kind = {kind!r}: expected 'ExecCredential'")
     return version
 
 
@@ -176,12 +266,13 @@ def get_token(root, config_path=None, now=None):
     token = cache.load(himds.AKS_RESOURCE, now)
     if token is None:
         settings = read_settings(config_path or str(node.real(paths.CONFIG)),
-                                 required=config_path is not None)
+                                 required=config_path is not None, root=root)
         token = himds.get_token(
             settings["himds_endpoint"],
             himds.AKS_RESOURCE,
             settings["himds_key_dir"],
             root=root,
+            budget=HIMDS_BUDGET,
         )
         try:
             cache.store(himds.AKS_RESOURCE, token)

@@ -21,10 +21,13 @@ import os
 import re
 import stat
 
+from aks_flex_node.config.checks import shorten
 from aks_flex_node.errors import ConfigError, ConfigProblem
 
 REDACTED = "***"
 MISSING = "(missing)"
+# Upstream's README examples are about 1 KiB; a file a thousand times that is not one.
+MAX_FILE_SIZE = 1 << 20
 # A Go fmt verb, as in upstream's kubernetes.urlTemplate (pkg/config/config.go).
 _GO_TEMPLATE_VERB = re.compile(r"%(\[\d+\])?[a-zA-Z%]")
 
@@ -118,14 +121,20 @@ def load_file(path):
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            data = f.read()
+            data = f.read(MAX_FILE_SIZE + 1)
     except OSError as err:
         problem = ConfigProblem("config file", source, f"a readable file ({err.strerror})")
         raise ConfigError([problem], source=source) from None
+    if len(data) > MAX_FILE_SIZE:
+        raise ConfigError([ConfigProblem("config file", source, f"a config.json of at most {MAX_FILE_SIZE} bytes")],
+                          source=source)
     try:
         document = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError([ConfigProblem("config file", source, "UTF-8 JSON")], source=source) from None
+    except RecursionError:
+        raise ConfigError([ConfigProblem("config file", source, "JSON nested a few levels deep, as a config.json "
+                                                                "is")], source=source) from None
     except ValueError as err:
         where = f"line {err.lineno} column {err.colno}" if hasattr(err, "lineno") else "JSON"
         raise ConfigError([ConfigProblem(where, err.msg if hasattr(err, "msg") else str(err), "valid JSON")],
@@ -217,7 +226,8 @@ def _warn_arc_disabled(c, what):
 def _arc(c):
     name = c.text("azure.arc.machineName")
     if name and name != name.lower():
-        c.warnings.append(f"azure.arc.machineName: {name!r} lowercased (Kubernetes node names are lowercase)")
+        c.warnings.append(f"azure.arc.machineName: {shorten(name)!r} lowercased (Kubernetes node names are "
+                          "lowercase)")
         name = name.lower()
     c.set("machine_name", name)
     c.set("arc_resource_group", c.text("azure.arc.resourceGroup"))
@@ -256,7 +266,7 @@ def _versions(c):
     c.set("pause_image", c.text("containerd.pauseImage"))
     metrics = c.text("containerd.metricsAddress")
     if metrics and (metrics.startswith(("0.0.0.0:", "[::]:", ":"))):
-        c.warnings.append(f"containerd.metricsAddress: {metrics} exposes containerd's metrics on every interface; "
+        c.warnings.append(f"containerd.metricsAddress: {shorten(metrics)} exposes containerd's metrics on every interface; "
                           "aks-flex-node's default is 127.0.0.1:10257")
     c.set("containerd_metrics_address", metrics)
     c.set("runc_version", c.text("runc.version"))

@@ -30,8 +30,9 @@ from azure.identity import (
     ManagedIdentityCredential,
 )
 
-from aks_flex_node.azure.clients import BACKOFF_FACTOR, CONNECTION_TIMEOUT, RETRY_CONNECT, proxies_for
+from aks_flex_node.azure.clients import BACKOFF_FACTOR, CONNECTION_TIMEOUT, RETRY_CONNECT
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.http_policy import HttpPolicy
 from aks_flex_node.paths import real_path
 
 AUTH_METHODS = ("service-principal", "azure-cli", "managed-identity")
@@ -79,7 +80,8 @@ class AuthSettings:
     managed_identity_client_id: Optional[str] = None
     authority: Optional[str] = None
     ca_bundle: Optional[str] = None
-    proxies: Optional[dict] = None
+    # The run's HttpPolicy (proxy, no_proxy); None: direct connections.
+    policy: Optional[HttpPolicy] = None
     # Only for a secret that never was in a file (an upstream config.json read into
     # memory, config.Config.client_secret()); otherwise it is read from client_secret_file.
     client_secret: Optional[str] = field(default=None, repr=False)
@@ -103,7 +105,7 @@ class AuthSettings:
             managed_identity_client_id=getattr(cfg, "managed_identity_client_id", None) or None,
             authority=endpoints.authority,
             ca_bundle=endpoints.ca_bundle or None,
-            proxies=proxies_for(endpoints.authority, getattr(cfg, "https_proxy", None), getattr(cfg, "no_proxy", None)),
+            policy=HttpPolicy.from_config(cfg),
             client_secret=in_memory_secret,
         )
 
@@ -206,10 +208,13 @@ def _authority_kwargs(settings, credential_class):
     # azure-core's default backoff.
     kwargs.update(retry_connect=RETRY_CONNECT, retry_backoff_factor=BACKOFF_FACTOR,
                   connection_timeout=CONNECTION_TIMEOUT)
+    # The proxy for the authority host as the run's HttpPolicy decides; never the
+    # environment's (use_env_settings=False turns requests' trust_env off).
+    policy = settings.policy or HttpPolicy()
+    kwargs.update(policy.sdk_options(settings.authority or "https://login.microsoftonline.com"))
+    kwargs.pop("connection_verify", None)
     if settings.ca_bundle:
         kwargs["connection_verify"] = settings.ca_bundle
-    if settings.proxies:
-        kwargs["proxies"] = settings.proxies
     return kwargs
 
 

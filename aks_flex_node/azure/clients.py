@@ -1,17 +1,19 @@
 """Azure management clients, built once per (service, subscription) and shared.
 
 Every client talks to the configured cloud's ARM endpoint (`base_url`), asks for tokens
-for that cloud's ARM scope, trusts the configured CA bundle, and retries the way we want:
+for that cloud's ARM scope, goes through the proxy (or not) as the run's HttpPolicy says
+for the ARM host, ignores the environment's proxy variables (the config is the only
+source, http_policy.py), trusts the configured CA bundle, and retries the way we want:
 a throttled call waits as long as ARM's Retry-After says, a dead endpoint fails in
 about half a minute instead of azure-core's default ten retries (RetryPolicy,
 azure/core/pipeline/policies/_retry.py in Azure/azure-sdk-for-python).
 """
 
 import threading
-import urllib.parse
-import urllib.request
 
 from azure.core.pipeline.policies import RetryPolicy
+
+from aks_flex_node.http_policy import HttpPolicy
 
 # Connection failures: 3 attempts of at most CONNECTION_TIMEOUT s, waiting 0 s then
 # BACKOFF_FACTOR s between them (azure-core's backoff is 0 for the first retry, then
@@ -34,36 +36,25 @@ CALL_TIMEOUT = 300
 POLLING_INTERVAL = 2
 
 
-def proxies_for(url, https_proxy=None, no_proxy=None):
-    """The `proxies` mapping for calls to `url`: {"https": proxy} unless no_proxy covers
-    the host (or there is no proxy). None means "the environment decides"."""
-    if not https_proxy:
-        return None
-    host = urllib.parse.urlsplit(url or "").hostname or ""
-    if isinstance(no_proxy, (list, tuple)):
-        no_proxy = ",".join(no_proxy)
-    if no_proxy and urllib.request.proxy_bypass_environment(host, proxies={"no": no_proxy}):
-        return {}
-    return {"https": https_proxy}
-
-
 class Clients:
     """Lazily built, thread-safe SDK clients for one cloud and one credential.
 
     `endpoints` has `.arm`, `.arm_scope` and `.ca_bundle` (config.CloudEndpoints); the
-    Config object itself is accepted too (its `.endpoints`, `.https_proxy`, `.no_proxy`).
+    Config object itself is accepted too (its `.endpoints`, and its HttpPolicy). `policy`
+    (http_policy.HttpPolicy) decides the proxy; without one, connections are direct.
     """
 
-    def __init__(self, endpoints, credential, proxies=None, *, polling_interval=POLLING_INTERVAL,
+    def __init__(self, endpoints, credential, policy=None, *, polling_interval=POLLING_INTERVAL,
                  retry_total=RETRY_TOTAL, backoff_factor=BACKOFF_FACTOR, call_timeout=CALL_TIMEOUT):
         if hasattr(endpoints, "endpoints"):  # the Config
-            cfg = endpoints
-            endpoints = cfg.endpoints
-            if proxies is None:
-                proxies = proxies_for(endpoints.arm, getattr(cfg, "https_proxy", None), getattr(cfg, "no_proxy", None))
+            if policy is None:
+                policy = HttpPolicy.from_config(endpoints)
+            endpoints = endpoints.endpoints
         self.endpoints = endpoints
         self.credential = credential
-        self.proxies = proxies
+        self.policy = policy if policy is not None else HttpPolicy(ca_bundle=endpoints.ca_bundle)
+        # Every call of these clients goes to the ARM host (LRO polling included).
+        self.proxies = self.policy.proxies_for(endpoints.arm)
         self.polling_interval = polling_interval
         self._retry = dict(
             retry_total=retry_total,
@@ -86,8 +77,11 @@ class Clients:
             read_timeout=READ_TIMEOUT,
             retry_policy=RetryPolicy(**self._retry),
             polling_interval=self.polling_interval,
+            # requests' trust_env off: no proxy, no_proxy or REQUESTS_CA_BUNDLE from the
+            # environment (azure-core, RequestsTransport use_env_settings).
+            use_env_settings=False,
         )
-        if self.proxies is not None:
+        if self.proxies:
             options["proxies"] = self.proxies
         return options
 

@@ -13,9 +13,17 @@ servers", https://learn.microsoft.com/azure/azure-arc/servers/managed-identity-a
 We implement it ourselves instead of using azure-identity/MSAL because MSAL hard-codes
 the key directory (msal/managed_identity.py, _obtain_token_on_arc) and imports far too
 much for a plugin that kubelet runs every hour.
+
+Retries follow the Retry guidance of "How to use managed identities for Azure resources on
+an Azure VM to acquire an access token" (learn.microsoft.com, how-to-use-vm-token): IMDS,
+whose protocol HIMDS speaks, is retried on 429 and 5xx with exponential backoff. We also
+retry an answer that never came (connection dropped, refused or timed out: himdsd may be
+starting, e.g. right after `azcmagent connect`). Every wait honours Retry-After up to
+MAX_WAIT, and the whole exchange, retries included, ends by a deadline (`budget`): the
+kubelet waits for `aks-flex-node token`.
 """
 
-import ipaddress
+import email.utils
 import json
 import os
 import stat
@@ -26,6 +34,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.http_policy import is_loopback
 from aks_flex_node.paths import Paths
 
 # The Learn page above documents localhost:40342; we say 127.0.0.1 (as the config default
@@ -41,6 +50,22 @@ AKS_RESOURCE = "6dae42f8-4368-4678-94ff-3960e28e3630"
 MAX_KEY_BYTES = 4096  # as MSAL and azure-identity's _validate_key_file check
 KEY_SUFFIX = ".key"
 
+# Retries (see the module docstring). An exchange is a challenge and a token request; a
+# failed token request is retried from a new challenge, since a key may be single-use and
+# HIMDS may have spent it before failing.
+ATTEMPTS = 4  # exchanges: the first and three retries
+BACKOFF = 1.0  # seconds before the first retry, doubled for each next one
+MAX_WAIT = 10.0  # the longest wait we honour a Retry-After for
+DEFAULT_BUDGET = 60.0  # seconds for one get_token, retries and waits included
+MIN_REQUEST_TIME = 1.0  # a retry with less time than this left is not worth starting
+
+CHALLENGE = "the challenge request"
+TOKEN_REQUEST = "the token request"
+
+
+def _retryable(status):
+    return status == 429 or 500 <= status <= 599
+
 
 class HimdsError(FlexNodeError):
     """HIMDS answered, but not with a token we can use."""
@@ -52,6 +77,12 @@ class HimdsUnavailable(TemporaryError, HimdsError):
     """Nothing answers at the HIMDS endpoint: try again once the agent runs (exit 75)."""
 
     code = "himds_unavailable"
+
+
+class HimdsBusy(TemporaryError, HimdsError):
+    """HIMDS kept answering 429 or 5xx through every retry: try again later (exit 75)."""
+
+    code = "himds_busy"
 
 
 @dataclass(frozen=True)
@@ -76,22 +107,10 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         )
 
 
-def is_loopback(host):
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _opener(url):
-    handlers = [_NoRedirect()]
-    if is_loopback(urllib.parse.urlsplit(url).hostname or ""):
-        # HIMDS is local: an HTTP(S)_PROXY from the environment must not capture it,
-        # whatever no_proxy says.
-        handlers.append(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener(*handlers)
+    # HIMDS is local (token_url refuses anything else): no proxy may capture it, whatever
+    # the environment says.
+    return urllib.request.build_opener(_NoRedirect(), urllib.request.ProxyHandler({}))
 
 
 def token_url(endpoint, resource, api_version=API_VERSION, client_id=None):
@@ -99,6 +118,13 @@ def token_url(endpoint, resource, api_version=API_VERSION, client_id=None):
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HimdsError(
             f"himds_endpoint = {endpoint!r}: expected an http:// URL such as {DEFAULT_ENDPOINT}"
+        )
+    if not is_loopback(parts.hostname):
+        # The challenge key read from the key directory travels back in clear over http: it
+        # must never leave this machine (and only the local HIMDS wrote it).
+        raise HimdsError(
+            f"himds_endpoint = {endpoint!r}: expected a URL on this machine (127.0.0.1, ::1 or "
+            f"localhost) such as {DEFAULT_ENDPOINT}: the HIMDS challenge key must not leave it"
         )
     query = urllib.parse.parse_qsl(parts.query)
     query += [("api-version", api_version), ("resource", resource)]
@@ -247,6 +273,39 @@ def parse_token(body, now=None):
     return Token(payload["access_token"], expires_on)
 
 
+def retry_after(headers, default):
+    """Seconds to wait before the next try: the Retry-After header (delay-seconds or an
+    HTTP-date, RFC 9110 section 10.2.3) when it is usable, else `default`; at most MAX_WAIT."""
+    value = (headers.get("Retry-After") if headers is not None else None) or ""
+    value = value.strip()
+    seconds = None
+    if value.isdigit():
+        seconds = float(value)
+    elif value:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+            seconds = when.timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError):
+            seconds = None
+    if seconds is None:
+        seconds = default
+    return min(max(seconds, 0.0), MAX_WAIT)
+
+
+def _exchange(opener, url, key_dir, root, timeout):
+    """One challenge and, when it is answered with 401, one token request. Returns
+    (request name, status, headers, body) of the last answer; `timeout()` is the time one
+    request may take."""
+    status, headers, body = _request(opener, url, {"Metadata": "true"}, timeout())
+    if status != 401:
+        return CHALLENGE, status, headers, body
+    key = read_challenge_key(_realm_path(headers.get("WWW-Authenticate")), key_dir, root=root)
+    status, headers, body = _request(
+        opener, url, {"Metadata": "true", "Authorization": f"Basic {key}"}, timeout()
+    )
+    return TOKEN_REQUEST, status, headers, body
+
+
 def get_token(
     endpoint=DEFAULT_ENDPOINT,
     resource=AKS_RESOURCE,
@@ -256,31 +315,60 @@ def get_token(
     api_version=API_VERSION,
     client_id=None,
     root=None,
+    budget=DEFAULT_BUDGET,
+    attempts=ATTEMPTS,
+    sleep=time.sleep,
+    clock=time.monotonic,
 ):
     """A token for `resource` from the local HIMDS.
 
     `key_dir` is the directory the challenge key must be in (a node path, like the realm
-    HIMDS names; with `root`, both are looked up below the root).
+    HIMDS names; with `root`, both are looked up below the root). A 429, a 5xx or no answer
+    is tried again, up to `attempts` exchanges and about `budget` seconds in all (a request
+    waits at most `timeout` s, and not past the budget); then HimdsBusy or HimdsUnavailable
+    (both exit 75). Any other wrong answer is a HimdsError at once.
     """
     url = token_url(endpoint, resource, api_version, client_id)
     where = url.split("?")[0]
     opener = _opener(url)
+    started = clock()
+    deadline = started + budget
 
-    status, headers, body = _request(opener, url, {"Metadata": "true"}, timeout)
-    if status != 401:
-        raise HimdsError(
-            f"HIMDS at {where} answered {status} to the first request: expected 401 with a "
-            f"Basic realm challenge ({_error_detail(body)})",
-            remedy="check that himds_endpoint names the Azure Arc HIMDS, not an Azure VM's IMDS",
-        )
-    key = read_challenge_key(_realm_path(headers.get("WWW-Authenticate")), key_dir, root=root)
+    def request_timeout():
+        return max(min(timeout, deadline - clock()), MIN_REQUEST_TIME)
 
-    status, _headers, body = _request(
-        opener, url, {"Metadata": "true", "Authorization": f"Basic {key}"}, timeout
-    )
-    if status != 200:
-        raise HimdsError(
-            f"HIMDS at {where} refused the token request with {status}: {_error_detail(body)}",
-            remedy="check `azcmagent show`: the machine must be Connected",
-        )
-    return parse_token(body)
+    delay = BACKOFF
+    for attempt in range(1, attempts + 1):
+        try:
+            which, status, headers, body = _exchange(opener, url, key_dir, root, request_timeout)
+        except HimdsUnavailable as err:
+            failure, wait = err, delay
+        else:
+            if which == TOKEN_REQUEST and status == 200:
+                return parse_token(body)
+            if not _retryable(status):
+                if which == CHALLENGE:
+                    raise HimdsError(
+                        f"HIMDS at {where} answered {status} to the first request: expected 401 "
+                        f"with a Basic realm challenge ({_error_detail(body)})",
+                        remedy="check that himds_endpoint names the Azure Arc HIMDS, not an Azure VM's IMDS",
+                    )
+                raise HimdsError(
+                    f"HIMDS at {where} refused the token request with {status}: {_error_detail(body)}",
+                    remedy="check `azcmagent show`: the machine must be Connected",
+                )
+            detail = _error_detail(body)
+            failure = HimdsBusy(
+                f"HIMDS at {where} answered {status} to {which}" + (f" ({detail})" if detail else ""),
+                remedy="HIMDS is throttled or failing: the agent tries again later; if it lasts, "
+                "check `systemctl status himdsd` and `azcmagent show`",
+            )
+            wait = retry_after(headers, delay)
+        if attempt == attempts or clock() + wait + MIN_REQUEST_TIME > deadline:
+            break
+        sleep(wait)
+        delay *= 2
+    raise type(failure)(
+        f"{failure.message} (gave up after {attempt} attempt(s) in {clock() - started:.1f} s)",
+        remedy=failure.remedy,
+    ) from None

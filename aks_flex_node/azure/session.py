@@ -4,8 +4,11 @@ The engine's Context makes it on first use (engine/context.py `Context.azure`), 
 that never talk to Azure never import the SDK.
 """
 
+import dataclasses
+
 from aks_flex_node.azure import auth
 from aks_flex_node.azure.clients import Clients
+from aks_flex_node.http_policy import HttpPolicy
 
 
 class AzureSession:
@@ -14,11 +17,14 @@ class AzureSession:
         self.clients = clients
 
     @classmethod
-    def from_config(cls, cfg, host=None):
-        """Credential and clients for `cfg`; secret files are read under the host's root."""
+    def from_config(cls, cfg, host=None, policy=None):
+        """Credential and clients for `cfg`; secret files are read under the host's root.
+        `policy`: the run's HttpPolicy (engine/context.py), else the config's."""
         root = str(host.root) if host is not None else None
-        cred = auth.credential(auth.AuthSettings.from_config(cfg, root))
-        return cls(cred, Clients(cfg, cred))
+        policy = policy or HttpPolicy.from_config(cfg)
+        settings = dataclasses.replace(auth.AuthSettings.from_config(cfg, root), policy=policy)
+        cred = auth.credential(settings)
+        return cls(cred, Clients(cfg.endpoints, cred, policy))
 
     def close(self):
         self.clients.close()

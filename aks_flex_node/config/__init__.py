@@ -14,8 +14,11 @@ The modules, each with one concern (callers use this package's names only):
   spec        the configspec: sections, keys, their order; the Validator of its types
   fileformat  parsing the file and the one-line rules a value must follow
   semantic    checks across keys and against the host; defaults derived from them
-  loader      load(), from_values(), load_upstream_json(): parse, validate, check
-  writer      write() and render_default()
+  named_files the files the configuration names (secret, certificate, CA bundle) and what they hold
+  loader      load(), from_values(), load_upstream_json(), check_text(): parse, validate, check
+  writer      write(), render() and render_default()
+  importer    `config import`: config.json into our file and a secret file, both or neither
+              (imported on its own: it needs the Host)
 
 Cheap to import: configobj and the stdlib only, no Azure SDK.
 """

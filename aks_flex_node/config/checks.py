@@ -14,13 +14,74 @@ from urllib.parse import urlsplit
 from configobj.validate import ValidateError, is_integer
 
 from aks_flex_node.config.model import CLUSTER_ID_EXAMPLE, parse_cluster_id
+from aks_flex_node.http_policy import is_loopback
 
 
 class Invalid(ValidateError):
-    def __init__(self, value, expected):
+    def __init__(self, value, expected, shown=None):
         super().__init__(f"{value!r}: expected {expected}")
         self.value = value
         self.expected = expected
+        self.shown = shown  # what an error may show of the value, when not all of it
+
+
+# The longest text each configspec type accepts. spec.validator() checks it before the
+# type's own check, so no pattern and no error message ever gets a megabyte. Where a
+# documented limit exists it is the limit; elsewhere a bound well above any real value.
+MAX_LENGTH = {
+    "uuid": 64,  # 36 in the canonical form; the pattern says the rest
+    "option": 64,
+    "integer": 32,
+    # RFC 9110 section 4.1 asks for at least 8000 octets; 2048 is far above any endpoint,
+    # mirror or artifact URL we are given and what most browsers and proxies handle.
+    "url": 2048,
+    "url_template": 2048,
+    "checksum_template": 2048,
+    # PATH_MAX is 4096 bytes with the terminating NUL (limits.h, path_resolution(7)).
+    "abs_path": 4095,
+    "managed_dir": 4095,
+    "command": 4095,
+    "k8s_name": 253,  # an RFC 1123 subdomain; machine names stop at 54 (the check says so)
+    # Learn, "Naming rules and restrictions for Azure resources": resource groups 1-90.
+    "resource_group": 90,
+    # Region names have no documented limit; the longest (australiasoutheast,
+    # germanywestcentral, `az account list-locations`) have 18 characters.
+    "location": 32,
+    # /subscriptions/<36>/resourceGroups/<90>/providers/Microsoft.ContainerService/
+    # managedClusters/<63> is 273 characters at most.
+    "resource_id": 300,
+    "version": 128,
+    "k8s_version": 32,
+    # distribution/reference: a repository name of at most 255 characters
+    # (NameTotalLengthMax), a tag of 128, a sha256 digest of 71, and their separators.
+    "image_ref": 512,
+    # Lists: Azure allows 50 tags (check_key_value_list counts them), labels and taints
+    # have per-item limits only; 16 KiB is far above what a node is given.
+    "key_value_list": 16384,
+    "taint_list": 16384,
+    "host_list": 16384,
+    "ip_address": 64,  # an IPv6 address with a zone index
+    "cidr": 64,
+    "dns_domain": 253,  # RFC 1035 section 2.3.4
+    "host_port": 262,  # a 253-character name, or [IPv6], and :65535
+}
+# Learn, "Use tags to organize your Azure resources": at most 50 tag name-value pairs.
+MAX_TAGS = 50
+_SHOWN_LENGTH = 40
+
+
+class TooLong(Invalid):
+    """A value longer than its type allows: the error shows its start and its length."""
+
+    def __init__(self, value, limit):
+        super().__init__(value, f"at most {limit} characters (this value has {len(value)})",
+                         shown=shorten(value))
+        self.limit = limit
+
+
+def shorten(text):
+    """The start of a long text, for an error message; a short one is returned as is."""
+    return text if len(text) <= _SHOWN_LENGTH else text[:_SHOWN_LENGTH] + "…"
 
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -95,7 +156,9 @@ def check_integer(value, min=None, max=None):
         raise Invalid(value, f"a whole number from {min} to {max}") from None
 
 
-def check_url(value, scheme="https", credentials="no"):
+def check_url(value, scheme="https", credentials="no", host="any"):
+    """`host = "loopback"`: only a URL on this machine (the HIMDS endpoint: its challenge
+    key travels in clear over http, and it must never leave the machine)."""
     if value == "":
         return ""
     schemes = scheme.split("|")
@@ -111,6 +174,9 @@ def check_url(value, scheme="https", credentials="no"):
         raise Invalid(value, expected)
     if credentials != "allowed" and (parts.username or parts.password):
         raise Invalid(value, expected + ", without user:password@")
+    if host == "loopback" and not is_loopback(parts.hostname):
+        raise Invalid(value, expected + " on this machine: 127.0.0.0/8, [::1] or localhost "
+                             "(the HIMDS key must not leave the machine)")
     return value
 
 
@@ -122,12 +188,23 @@ def check_abs_path(value):
     return os.path.normpath(value)
 
 
-def check_command(value):
+def check_command(value, search_path="yes"):
+    """One program, run with the arguments aks-flex-node gives it: never "program args".
+    The exec credential plugin's `command` in the kubelet's kubeconfig is one executable,
+    its arguments go in `args` (client-go plugin/pkg/client/auth/exec/exec.go runs
+    exec.Command(cmd, args...)), and we run azcmagent from an argv list, so a space would
+    only ever be part of a file name that does not exist. `search_path = "no"`: an absolute
+    path only (the kubelet's PATH is not ours to know)."""
+    where = "an absolute path" if search_path == "no" else "a name found in PATH or an absolute path"
+    expected = f"one program: {where}, without arguments (aks-flex-node passes them itself)"
+    if any(c.isspace() for c in value):
+        raise Invalid(value, expected + ": no spaces")
     if value.startswith("/"):
         return check_abs_path(value)
+    if search_path == "no":
+        raise Invalid(value, expected + ": starting with /")
     if not _COMMAND_NAME.match(value):
-        raise Invalid(value, "a command name found in PATH (letters, digits, '.', '_', '+', '-') "
-                             "or an absolute path")
+        raise Invalid(value, expected + ": a name of letters, digits, '.', '_', '+' and '-'")
     return value
 
 
@@ -283,6 +360,9 @@ def check_key_value_list(value, kind="label"):
                                      "kubectl label after the node joined")
     elif kind == "tag":
         pairs = _items(value, "=", "name=value tags", "env=edge,site=lyon")
+        if len(pairs) > MAX_TAGS:
+            raise Invalid(value, f"at most {MAX_TAGS} Azure tags (there are {len(pairs)})",
+                          shown=shorten(value))
         for name, val in pairs:
             if not name or len(name) > 512 or _TAG_FORBIDDEN & set(name) or len(val) > 256:
                 raise Invalid(value, f"Azure tags name=value: {name}={val} is not valid (names up to "
@@ -330,11 +410,23 @@ def check_ip_address(value):
         raise Invalid(value, "an IPv4 or IPv6 address such as 10.0.0.10") from None
 
 
-def check_cidr(value):
+def check_cidr(value, min_addresses="1"):
+    """A network as address/prefix-length, the prefix length written out (ipaddress takes
+    a bare address as a /32), with at least `min_addresses` addresses."""
+    expected = "a network in CIDR notation with no host bits set, such as 10.244.0.0/24"
+    address, slash, length = value.partition("/")
+    if not slash or not (length.isascii() and length.isdigit()):
+        raise Invalid(value, expected + ": the /prefix-length is required")
     try:
-        return str(ipaddress.ip_network(value, strict=True))
+        network = ipaddress.ip_network(value, strict=True)
     except ValueError:
-        raise Invalid(value, "a network in CIDR notation with no host bits set, such as 10.244.0.0/24") from None
+        raise Invalid(value, expected) from None
+    least = int(min_addresses)
+    if network.num_addresses < least:
+        longest = network.max_prefixlen - (least - 1).bit_length()
+        raise Invalid(value, f"{expected}, of at least {least} addresses: /{longest} or shorter "
+                             f"(a /{network.prefixlen} has {network.num_addresses})")
+    return str(network)
 
 
 def check_dns_domain(value):

@@ -3,12 +3,15 @@ written and read back by the Debian maintainer scripts' sh (and sed).
 
 Keys are unique across sections, one `key = value` per line, values are literal
 (configobj's list_values=False: no quoting, no lists), no inline comments, no multi-line
-values. An empty value means the default. Both the loader and write() hold values to
+values, no control characters. An empty value means the default. The file is a regular
+file, checked with stat() before it is opened. Both the loader and write() hold values to
 these rules through take_value().
 """
 
 import difflib
 import os
+import stat
+import unicodedata
 from pathlib import Path
 
 import configobj
@@ -46,11 +49,46 @@ def open_configobj(source, **kwargs):
         write_empty_values=True, file_error=True, **kwargs)
 
 
-def read_file(file_path):
-    """(raw values by key, problems) from the file; structural problems are all reported."""
-    problems = []
+def not_regular(file_path):
+    """The problem of a configuration file that is there but is not a regular file (a FIFO,
+    a device, a directory, or a symlink to one), else None. It is stat()ed, never opened:
+    opening a FIFO waits for a writer."""
     try:
-        parsed = open_configobj(str(file_path))
+        st = os.stat(file_path)
+    except FileNotFoundError:
+        return None  # the callers say how to create it
+    except OSError as err:
+        return ConfigProblem("config file", str(file_path), f"a file aks-flex-node can read ({err.strerror})")
+    if stat.S_ISREG(st.st_mode):
+        return None
+    kind = file_kind(st)
+    if os.path.islink(file_path):
+        kind = f"a symlink to {os.path.realpath(file_path)}, {kind}"
+    return ConfigProblem("config file", str(file_path),
+                         f"a regular file ({file_path} is not a regular file: it is {kind})")
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"),
+)
+
+
+def file_kind(st):
+    """What a file is, in words, from its stat."""
+    return next((name for test, name in _FILE_KINDS if test(st.st_mode)), "a special file")
+
+
+def read_file(file_path, lines=None):
+    """(raw values by key, problems) from the file, or from `lines` meant for it;
+    structural problems are all reported."""
+    problems = []
+    if lines is None:
+        special = not_regular(file_path)
+        if special:
+            raise ConfigError([special], source=str(file_path))
+    try:
+        parsed = open_configobj(str(file_path) if lines is None else list(lines))
     except configobj.ConfigObjError as err:
         # configobj goes on after a bad line: report every one, and check what it did read
         problems += [parse_problem(e) for e in getattr(err, "errors", None) or [err]]
@@ -116,6 +154,15 @@ def take_value(key, value, raw, problems, origin):
         raw[key] = None  # reported: no "missing" problem on top
         return
     text = text.strip()
+    control = next((c for c in text if is_control(c)), None)
+    if control is not None:
+        name = _CONTROL_NAMES.get(control, "a control character")
+        # The value as it is: messages show it with repr() and output as JSON, both escape it.
+        problems.append(ConfigProblem(key, shown(key, text),
+                                      f"a value without control characters (it has U+{ord(control):04X}, "
+                                      f"{name}, at position {text.index(control) + 1})"))
+        raw[key] = None
+        return
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         problems.append(ConfigProblem(key, shown(key, text),
                                       "the value without quotes (values are taken literally)"))
@@ -127,3 +174,14 @@ def take_value(key, value, raw, problems, origin):
         raw[key] = None
         return
     raw[key] = text
+
+
+# unicodedata has no names for the C0 and C1 controls: the ones people meet.
+_CONTROL_NAMES = {"\0": "NUL", "\t": "TAB", "\x1b": "ESC", "\x7f": "DEL"}
+
+
+def is_control(char):
+    """C0 (NUL to US, tab and newline among them), DEL and C1: Unicode's category Cc. No
+    value has one; in the file, a terminal or a kubelet flag each means something else."""
+    return unicodedata.category(char) == "Cc"
+

@@ -3,11 +3,13 @@ the configspec with configobj's validate, then the checks of meaning (`semantic`
 problem is collected and raised at once in one ConfigError, in file order.
 """
 
+import logging
 import stat
 
 import configobj
 
 from aks_flex_node import paths
+from aks_flex_node import strictmodes
 from aks_flex_node.config import spec
 from aks_flex_node.config.checks import Invalid
 from aks_flex_node.config.fileformat import locate, read_file, take_value
@@ -15,6 +17,8 @@ from aks_flex_node.config.model import Config
 from aks_flex_node.config.semantic import check_meaning
 from aks_flex_node.config.values import redact_url, shown
 from aks_flex_node.errors import ConfigError, ConfigProblem
+
+log = logging.getLogger(__name__)
 
 
 def load(path=None, root="/", overrides=None):
@@ -36,6 +40,8 @@ def load(path=None, root="/", overrides=None):
         err.remedy = f"create {source}: aks-flex-node config import <config.json>, or edit the shipped template"
         raise err
     raw, problems = read_file(file_path)
+    # It names commands run as root: nobody else may be able to change it (strictmodes).
+    problems[:0] = strictmodes.problems("config file", source, file_path, root)
     proxy = raw.get("https_proxy") or ""
     if redact_url(proxy) != proxy and stat.S_IMODE(file_path.stat().st_mode) & 0o077:
         problems.append(ConfigProblem("https_proxy", redact_url(proxy),
@@ -52,6 +58,16 @@ def from_values(values, root="/", source=None, overrides=None, client_secret=Non
     return _build(raw, problems, source, root, overrides, client_secret=client_secret, warnings=warnings)
 
 
+def check_text(text, path=None, root="/", overrides=None, client_secret=None, written=()):
+    """A Config from `text` about to be written to `path` (as for load()): load()'s checks
+    but the file's own owner and mode, which the writer sets. `written`: keys naming files
+    the caller writes with this text (their file checks are skipped; their keys count)."""
+    file_path = locate(path, root)
+    raw, problems = read_file(file_path, lines=text.splitlines())
+    return _build(raw, problems, str(file_path), root, overrides, client_secret=client_secret,
+                  written=written)
+
+
 def load_upstream_json(path, root="/", overrides=None):
     """A Config from the upstream Go agent's config.json (so `--config config.json` works).
 
@@ -61,12 +77,17 @@ def load_upstream_json(path, root="/", overrides=None):
     from aks_flex_node import upstream_config
 
     file_path = locate(path, root)
+    unsafe = strictmodes.problems("config file", str(file_path), file_path, root)
+    if unsafe:
+        raise ConfigError(unsafe, source=str(file_path))
     values, secrets, warnings = upstream_config.load_file(file_path)
+    for warning in warnings:  # the CLI shows WARNING lines on stderr; the agent's go to the journal
+        log.warning("%s: %s", file_path, warning)
     return from_values(values, root=root, source=str(file_path), overrides=overrides,
                        client_secret=secrets.get("sp_client_secret"), warnings=warnings)
 
 
-def _build(raw, problems, source, root, overrides, client_secret=None, warnings=()):
+def _build(raw, problems, source, root, overrides, client_secret=None, warnings=(), written=()):
     problems = list(problems)
     raw = dict(raw)
     for key, value in (overrides or {}).items():
@@ -77,7 +98,7 @@ def _build(raw, problems, source, root, overrides, client_secret=None, warnings=
     reported = {key for key, value in raw.items() if value is None}
     values, failed = _validate(raw, reported, problems)
     failed |= reported
-    check_meaning(values, failed, root, client_secret, problems)
+    check_meaning(values, failed, root, client_secret, problems, written)
     if problems:
         problems.sort(key=lambda p: spec.key_order(p.key))
         raise ConfigError(problems, source=source)
@@ -102,7 +123,8 @@ def _validate(raw, reported, problems):
         if error is False:
             problems.append(ConfigProblem(key, "", spec.required_expected(key)))
         elif isinstance(error, Invalid):
-            problems.append(ConfigProblem(key, shown(key, raw.get(key, "")), error.expected))
+            value = error.shown if error.shown is not None else raw.get(key, "")
+            problems.append(ConfigProblem(key, shown(key, value), error.expected))
         else:
             problems.append(ConfigProblem(key, shown(key, raw.get(key, "")), str(error)))
     values = {}

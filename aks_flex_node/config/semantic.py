@@ -8,9 +8,10 @@ in here.
 import os
 import re
 import socket
-import stat
 
 from aks_flex_node import clouds, paths
+from aks_flex_node import strictmodes
+from aks_flex_node.config import named_files
 from aks_flex_node.config.checks import MACHINE_NAME_EXPECTED, is_machine_name
 from aks_flex_node.config.model import parse_cluster_id
 from aks_flex_node.config.values import serialize
@@ -22,8 +23,9 @@ from aks_flex_node.errors import ConfigProblem
 MANAGED_LABEL = "kubernetes.azure.com/managed=false"
 
 
-def check_meaning(values, failed, root, client_secret, problems):
-    """Checks across keys and against the host, on the values that passed validate."""
+def check_meaning(values, failed, root, client_secret, problems, written=()):
+    """Checks across keys and against the host, on the values that passed validate.
+    `written`: keys naming files the caller is about to write (not checked on disk)."""
     ok = lambda *names: not any(n in failed for n in names)  # noqa: E731
 
     if ok("cluster_resource_id"):
@@ -60,12 +62,20 @@ def check_meaning(values, failed, root, client_secret, problems):
     _check_auth(values, ok, client_secret, problems)
 
     if ok("ca_bundle") and values["ca_bundle"]:
-        _check_file("ca_bundle", values["ca_bundle"], root, problems, private=False, pem=("CERTIFICATE",))
-    if ok("sp_client_secret_file") and values["sp_client_secret_file"]:
-        _check_file("sp_client_secret_file", values["sp_client_secret_file"], root, problems, private=True)
+        named_files.check_pem_file("ca_bundle", values["ca_bundle"], root, problems, private=False,
+                                   kinds=("CERTIFICATE",), max_bytes=named_files.CA_BUNDLE_MAX_BYTES)
+    if ok("sp_client_secret_file") and values["sp_client_secret_file"] and "sp_client_secret_file" not in written:
+        named_files.check_secret_file("sp_client_secret_file", values["sp_client_secret_file"], root, problems)
     if ok("sp_certificate_file") and values["sp_certificate_file"]:
-        _check_file("sp_certificate_file", values["sp_certificate_file"], root, problems, private=True,
-                    pem=("CERTIFICATE", "PRIVATE KEY"))
+        named_files.check_pem_file("sp_certificate_file", values["sp_certificate_file"], root, problems,
+                                   private=True, kinds=("CERTIFICATE", "PRIVATE KEY"),
+                                   max_bytes=named_files.CERTIFICATE_MAX_BYTES)
+
+    # Commands run as root: when they are there already, nobody else may change them
+    # (as sshd_config(5) asks of AuthorizedKeysCommand). Absent ones are installed later.
+    for key in ("azcmagent", "exec_plugin_command"):
+        if ok(key) and values[key].startswith("/"):
+            problems.extend(strictmodes.problems(key, values[key], paths.real_path(root, values[key]), root))
 
     if ok("cache_dir"):
         _check_cache_dir(values["cache_dir"], root, problems)
@@ -133,50 +143,24 @@ def _check_cache_dir(node_path, root, problems):
             tag = handle.read(4096)
     except OSError:
         tag = b""
-    if not paths.is_own_cache_tag(tag):
+    if not paths.is_own_cache_tag(tag) and not _nothing_but_a_killed_tag_write(path):
         problems.append(ConfigProblem(
             "cache_dir", node_path,
             f"a directory aks-flex-node creates itself (unbootstrap removes it): {node_path} exists and "
             f"has no {paths.CACHE_TAG_NAME} of aks-flex-node's; name a directory that does not exist yet"))
 
 
-def _check_file(key, node_path, root, problems, private, pem=()):
-    """A file named by the config: there, regular, not empty; a private one readable by its
-    owner only and owned by root (or by the user running us); a PEM one with its blocks."""
-    path = paths.real_path(root, node_path)
+def _nothing_but_a_killed_tag_write(path):
+    """True when the directory holds nothing but the temp file of a CACHEDIR.TAG write a
+    kill cut short (host/fs.py names it .<name>.<pid>.<random>.tmp): the state a run killed
+    while tagging the cache it had just made leaves. Nothing in it can be lost, and the
+    next run, whose ledger records the directory, writes the tag."""
+    temp = re.compile(re.escape(f".{paths.CACHE_TAG_NAME}.") + r"\d+\.\w+\.tmp")
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        problems.append(ConfigProblem(key, node_path, f"an existing file ({path} does not exist)"))
-        return
-    except OSError as err:
-        problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
-        return
-    if not stat.S_ISREG(st.st_mode):
-        problems.append(ConfigProblem(key, node_path, "a regular file"))
-        return
-    if private:
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & 0o077:
-            problems.append(ConfigProblem(key, node_path, f"a file only its owner can read (mode 0600, not "
-                                                          f"{mode:04o}): chmod 600 {node_path}"))
-        if st.st_uid not in (0, os.geteuid()):
-            problems.append(ConfigProblem(key, node_path, f"a file owned by root (its owner is uid {st.st_uid}): "
-                                                          f"chown root: {node_path}"))
-    if st.st_size == 0:
-        problems.append(ConfigProblem(key, node_path, "a file that is not empty"))
-        return
-    if pem:
-        try:
-            text = path.read_bytes().decode("ascii", "replace")
-        except OSError as err:
-            problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
-            return
-        missing = [kind for kind in pem if f"-----BEGIN {kind}-----" not in text and
-                   not re.search(rf"-----BEGIN [A-Z ]*{kind}-----", text)]
-        if missing:
-            problems.append(ConfigProblem(key, node_path, "a PEM file with " + " and ".join(
-                f"a {kind} block" for kind in pem) + f" (no {' or '.join(missing)} block found)"))
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return bool(names) and all(temp.fullmatch(name) for name in names)
 
 
 def _hostname(root):

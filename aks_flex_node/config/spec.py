@@ -44,8 +44,18 @@ CHECKS = {
 
 
 def validator():
-    """configobj's Validator with the checks registered under their configspec names."""
-    return Validator(CHECKS)
+    """configobj's Validator with the checks registered under their configspec names,
+    each behind its type's length bound (checks.MAX_LENGTH)."""
+    return Validator({name: _bounded(check, checks.MAX_LENGTH[name]) for name, check in CHECKS.items()})
+
+
+def _bounded(check, limit):
+    @functools.wraps(check)
+    def bounded(value, *args, **kwargs):
+        if isinstance(value, str) and len(value) > limit:
+            raise checks.TooLong(value, limit)
+        return check(value, *args, **kwargs)
+    return bounded
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,7 +6,9 @@ Secrets (a key naming one) and proxy credentials never reach an error message or
 import re
 from collections.abc import Mapping
 
-REDACTED = "***"
+from aks_flex_node import http_policy
+
+REDACTED = http_policy.REDACTED
 _SECRET_WORDS = re.compile(r"secret|password|passwd|token|credential", re.I)
 
 
@@ -26,12 +28,7 @@ def serialize(key, value):
 
 def redact_url(value):
     """https://user:pass@host -> https://***@host: proxy credentials never reach output."""
-    if isinstance(value, str) and "@" in value and "://" in value:
-        scheme, rest = value.split("://", 1)
-        userinfo, at, hostpart = rest.rpartition("@")
-        if at and "/" not in userinfo:
-            return f"{scheme}://{REDACTED}@{hostpart}"
-    return value
+    return http_policy.redact(value)
 
 
 def is_secret_key(key):

@@ -1,13 +1,14 @@
 """Writing the configuration file: the default file rendered from the configspec, and
-write(), which sets keys in a new or existing file atomically (mode 0600).
+write(), which sets keys in a new or existing file atomically (mode 0600); render() is
+what write() would write, for checking before anything is written.
 """
 
 import configobj
 
 from aks_flex_node.config import spec
-from aks_flex_node.config.fileformat import locate, open_configobj, parse_problem, take_value
+from aks_flex_node.config.fileformat import locate, not_regular, open_configobj, parse_problem, take_value
 from aks_flex_node.config.values import serialize
-from aks_flex_node.errors import ConfigError
+from aks_flex_node.errors import ConfigError, ConfigProblem
 from aks_flex_node.host import fs
 
 
@@ -33,6 +34,16 @@ def write(path, values, root="/"):
     round trip); a new one gets the default file's layout and comments. `path` as for
     load(). Values are checked for shape (known key, one line); load() checks their
     meaning."""
+    file_path, text = render(path, values, root)
+    # fs makes missing parents exactly 0755 whatever the umask (pathlib's mkdir would
+    # leave them 0777 & ~umask).
+    fs.write_file(str(file_path), text.encode("utf-8"), 0o600)
+    return str(file_path)
+
+
+def render(path, values, root="/"):
+    """(where the file is, the text write() would put there), writing nothing; ConfigError
+    when a value cannot be held by the file or the existing file cannot be parsed."""
     file_path = locate(path, root)
     source = str(file_path)
     problems = []
@@ -42,11 +53,17 @@ def write(path, values, root="/"):
         take_value(key, value, raw, problems, origin="write")
         if raw.get(key) is not None:
             texts[key] = raw[key]
-    if file_path.exists():
+    special = not_regular(file_path)
+    if special:
+        problems.append(special)  # never opened: a FIFO would block the write
+    elif file_path.exists():
         try:
             document = open_configobj(str(file_path))
         except configobj.ConfigObjError as err:
             problems += [parse_problem(e) for e in getattr(err, "errors", None) or [err]]
+        except (OSError, UnicodeDecodeError) as err:
+            problems.append(ConfigProblem("config file", source, f"a readable UTF-8 text file "
+                                                                 f"({err.__class__.__name__}: {err})"))
     else:
         document = open_configobj(render_default().splitlines())
     if problems:
@@ -67,8 +84,4 @@ def write(path, values, root="/"):
     document.filename = None
     # With an encoding set, configobj returns the lines encoded.
     lines = [line.decode("utf-8") if isinstance(line, bytes) else line for line in document.write()]
-    text = "\n".join(line.rstrip() for line in lines) + "\n"
-    file_path.parent.mkdir(parents=True, exist_ok=True)
-    fs.write_file(str(file_path), text.encode("utf-8"), 0o600)
-    return source
-
+    return file_path, "\n".join(line.rstrip() for line in lines) + "\n"

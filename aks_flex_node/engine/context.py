@@ -20,6 +20,7 @@ class Context:
         self._azure = None
         self._lock = threading.Lock()
         self._downloader = None
+        self._http_policy = None
 
     @property
     def dry_run(self):
@@ -38,23 +39,31 @@ class Context:
                 owed.append(obligation)
         return owed
 
+    @property
+    def http_policy(self):
+        """The run's one HTTP policy (proxy, no_proxy, CA bundle: http_policy.py), built
+        from the config once and used by every client of ours and every service we configure."""
+        with self._lock:
+            return self._http_policy_unlocked()
+
     def downloader(self):
         """One downloader for the run (its cache and connections are shared by the install
         steps). The cache directory is made by steps/tracked.ensure_cache_dir first."""
+        policy = self.http_policy
         with self._lock:
             if self._downloader is None:
-                cfg = self.config
-                self._downloader = self.host.downloader(
-                    cfg.cache_dir, ca_bundle=cfg.endpoints.ca_bundle,
-                    proxy=cfg.https_proxy or None)
+                from aks_flex_node.host.download import Downloader
+
+                self._downloader = Downloader(self.host.path(self.config.cache_dir), policy=policy)
             return self._downloader
 
-    def adopt(self, step, kind, id):
+    def adopt(self, step, kind, id, **extra):
         """Record, from a check, something found in place that is ours (our deterministic
-        role assignment name, the unit we enabled) but missing from the ledger. A dry run
-        writes nothing, the ledger included."""
+        role assignment name, the unit we enabled, an install an older release recorded
+        in less detail) but missing from the ledger. A dry run writes nothing, the ledger
+        included."""
         if not self.dry_run:
-            self.ledger.record(step, kind, id)
+            self.ledger.record(step, kind, id, **extra)
 
     @property
     def azure(self):
@@ -64,5 +73,12 @@ class Context:
             if self._azure is None:
                 from aks_flex_node.azure.session import AzureSession
 
-                self._azure = AzureSession.from_config(self.config, self.host)
+                self._azure = AzureSession.from_config(self.config, self.host, self._http_policy_unlocked())
             return self._azure
+
+    def _http_policy_unlocked(self):
+        if self._http_policy is None:
+            from aks_flex_node.http_policy import HttpPolicy
+
+            self._http_policy = HttpPolicy.from_config(self.config)
+        return self._http_policy

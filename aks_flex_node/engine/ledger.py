@@ -4,15 +4,18 @@ Unbootstrap walks it backwards, so it removes what we created and only that. Eac
 {"step", "kind", "id", ...}; kinds: file (with a `backup` when it existed before), dir and
 parent_dir (removed only when empty of anything we did not create), state_dir (a service's
 state directory we created: it goes with its content, never across a mount), cache_dir,
-unit, role_assignment, arc_machine, azcmagent_connection, node. `joined` holds what the
-node is joined to and the facts of the last full run.
+unit, role_assignment, arc_machine, azcmagent_connection, node, artifact (the files an
+install from one URL writes, recorded before the first of them: steps/artifacts.py).
+`joined` holds what the node is joined to and the facts of the last full run.
 
 `owed` holds obligations (engine/step.Obligation): a restart or a unit reload that a change
 calls for. It is written before the change (ubuntu-pro-client records "reboot required"
 the same way) and cleared by the phase that pays it.
 
 The file is 0600: it names Azure resource IDs and is nobody else's business. Every change
-is saved at once, atomically (host.write_file).
+is saved at once, atomically (host.write_file). It is read only in the shape we write
+(LEDGER_SHAPE, KINDS, FORMAT_VERSION): anything else is refused with the field named and
+the file left as it is, never read as "nothing to undo" (and then removed).
 """
 
 import copy
@@ -20,10 +23,29 @@ import json
 import threading
 
 from aks_flex_node import paths
+from aks_flex_node.engine.lock import writing_state
+from aks_flex_node.engine.state_shape import INTEGER, TEXT, ListOf, Obj, shape_problem
 from aks_flex_node.engine.step import Obligation
 from aks_flex_node.errors import FlexNodeError
 
 FORMAT_VERSION = 1
+
+# Every kind of entry we record (the steps name them; steps/tracked.py, arc.py, artifacts.py
+# and the rest). An entry of another kind came from a newer aks-flex-node or a hand edit:
+# undoing the rest and dropping the ledger would leave that thing behind unrecorded.
+KINDS = frozenset({
+    "file", "dir", "parent_dir", "state_dir", "cache_dir", "unit", "role_assignment",
+    "arc_machine", "azcmagent_connection", "azcmagent_config", "node", "artifact"})
+
+
+# What we write (_empty, record, owe, set_joined); `version` is checked on its own.
+ENTRY = Obj(required={"step": TEXT, "kind": TEXT, "id": TEXT},
+            optional={"backup": TEXT, "mode": INTEGER, "url": TEXT, "members": ListOf(TEXT),
+                      "previous": TEXT})
+LEDGER_SHAPE = Obj(optional={
+    "version": INTEGER, "entries": ListOf(ENTRY),
+    "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),
+    "joined": Obj(optional={"facts": Obj(nullable=True)})})
 
 
 def _empty():
@@ -43,21 +65,44 @@ class Ledger:
             return _empty()
         try:
             data = json.loads(raw.decode("utf-8"))
-            if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
-                raise ValueError("expected a JSON object with an entries list")
         except ValueError as err:
+            raise self._unreadable(f"not JSON: {err}")
+        problem = shape_problem(data, LEDGER_SHAPE)
+        if problem is None and data.get("version", FORMAT_VERSION) < 1:
+            problem = f"version is {data['version']}, expected {FORMAT_VERSION}"
+        if problem:
+            raise self._unreadable(problem)
+        version = data.get("version", FORMAT_VERSION)
+        if version > FORMAT_VERSION:
             raise FlexNodeError(
-                f"{self._path} is not a ledger aks-flex-node can read ({err})",
-                remedy=f"restore it, or move it aside (mv {self._path} {self._path}.bad) and "
-                "remove what it listed by hand: without it nothing can be undone safely")
+                f"{self._path} is a ledger of version {version}, written by a newer aks-flex-node "
+                f"(this one reads version {FORMAT_VERSION})", remedy=self._newer_remedy())
+        for index, entry in enumerate(data.get("entries", [])):
+            if entry["kind"] not in KINDS:
+                raise FlexNodeError(
+                    f"{self._path} is a ledger holding an entry this aks-flex-node does not know: "
+                    f"entries[{index}].kind is {json.dumps(entry['kind'])} (id {entry['id']}), "
+                    f"expected one of {', '.join(sorted(KINDS))}", remedy=self._newer_remedy())
         for key, value in _empty().items():
             data.setdefault(key, value)
         return data
 
+    def _unreadable(self, why):
+        # Never removed or rewritten by us: it is the only list of what to undo.
+        return FlexNodeError(
+            f"{self._path} is not a ledger aks-flex-node can read ({why})",
+            remedy=f"restore it, or move it aside (mv {self._path} {self._path}.bad) and "
+            "remove what it listed by hand: without it nothing can be undone safely")
+
+    def _newer_remedy(self):
+        return ("install the aks-flex-node version that wrote it (or a newer one) and run the "
+                f"command with that; keep {self._path}: without it nothing can be undone safely")
+
     def _save(self):
-        self._host.ensure_dir(paths.STATE_DIR, 0o700)
         body = json.dumps(self._data, indent=2, sort_keys=True).encode() + b"\n"
-        self._host.write_file(self._path, body, 0o600)
+        with writing_state(self._host.path(self._path)):
+            self._host.ensure_dir(paths.STATE_DIR, 0o700)
+            self._host.write_file(self._path, body, 0o600)
 
     @property
     def joined(self):
@@ -148,6 +193,6 @@ class Ledger:
 
     def remove_file(self):
         """Drop the ledger itself once nothing is left to track."""
-        with self._lock:
+        with self._lock, writing_state(self._host.path(self._path)):
             self._host.remove(self._path)
             self._data = _empty()

@@ -8,6 +8,11 @@ filtered out by --phase/--skip-phase but is needed by a selected one still has i
 `check` run, so the facts it gathers (the machine's identity, the cluster's server) are there.
 A step whose `run_if` says it does not apply (a cloud read in a local pass) is not checked.
 What an action owes (a restart) goes into the ledger before the action runs.
+
+`recent_repairs` are the (phase, action) pairs the previous pass of the agent applied. One
+that is needed again right away did not stick (something undoes it, or it has no effect
+here): the phase fails with RepairDidNotStick instead of repairing it again in silence.
+What a step could not observe is kept on its phase (`unknown`), never counted as a change.
 """
 
 import concurrent.futures
@@ -17,7 +22,7 @@ import time
 import traceback
 from typing import List, Optional
 
-from aks_flex_node.errors import FlexNodeError, UsageError
+from aks_flex_node.errors import FlexNodeError, RepairDidNotStick, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,7 @@ class PhaseResult:
     changes: List[dict] = dataclasses.field(default_factory=list)
     message: str = ""
     error: Optional[BaseException] = dataclasses.field(default=None, repr=False)
+    unknown: List[dict] = dataclasses.field(default_factory=list)  # what it could not observe
 
     @property
     def duration(self):
@@ -51,6 +57,8 @@ class PhaseResult:
     def to_dict(self):
         out = {"name": self.name, "branch": self.branch, "status": self.status,
                "changes": self.changes, "message": self.message}
+        if self.unknown:
+            out["unknown"] = self.unknown
         if self.duration is not None:
             out["duration_s"] = round(self.duration, 3)
         return out
@@ -78,6 +86,12 @@ class RunResult:
     def changed(self):
         return any(p.status in (CHANGED, PLANNED) for p in self.phases)
 
+    @property
+    def applied(self):
+        """(phase, what) of every action this run applied: the next pass's recent_repairs."""
+        return frozenset((p.name, c["what"]) for p in self.phases if p.status == CHANGED
+                         for c in p.changes)
+
 
 def select(steps, only=(), skip=()):
     """The names to run, in declared order; unknown names are a usage error."""
@@ -92,7 +106,7 @@ def select(steps, only=(), skip=()):
 
 class Runner:
     def __init__(self, steps, ctx, *, sequential=False, dry_run=False, only=(), skip=(),
-                 progress=None, max_workers=6):
+                 progress=None, max_workers=6, recent_repairs=frozenset()):
         self.steps = list(steps)
         self.by_name = {s.name: s for s in self.steps}
         for step in self.steps:
@@ -105,6 +119,7 @@ class Runner:
         self.selected = select(self.steps, only, skip)
         self.progress = progress or (lambda event, result, index, total: None)
         self.max_workers = 1 if sequential else max_workers
+        self.recent_repairs = frozenset(recent_repairs)
 
     def _schedule(self):
         """Selected steps plus the unselected ones they need (for facts), in declared order."""
@@ -162,9 +177,10 @@ class Runner:
                 for fut in done:
                     step, facts_only, index = running.pop(fut)
                     result = results[step.name]
-                    status, changes, message, error = fut.result()
+                    status, changes, message, error, unknown = fut.result()
                     result.status, result.changes, result.message, result.error = (
                         status, changes, message, error)
+                    result.unknown = unknown
                     result.finished = time.time()
                     if status == FAILED:
                         failed = True
@@ -178,19 +194,32 @@ class Runner:
         return RunResult([results[s.name] for s in self.steps], started, time.time())
 
     def _run_step(self, step, facts_only):
+        """(status, changes, message, error, unknown) of one step."""
+        unknown = []
         try:
             not_applicable = step.run_if(self.ctx)
             if not_applicable:
-                return (FACTS if facts_only else UNCHANGED), [], not_applicable, None
+                return (FACTS if facts_only else UNCHANGED), [], not_applicable, None, []
             plan = step.check(self.ctx)
             if facts_only:
-                return FACTS, [], "skipped (not selected); its facts were read", None
+                return FACTS, [], "skipped (not selected); its facts were read", None, []
+            unknown = [u.to_dict() for u in plan.unknown]
+            cannot_tell = "; cannot tell: " + "; ".join(map(str, plan.unknown)) if plan.unknown else ""
             if not plan.actions:
-                return UNCHANGED, [], plan.noop_reason or "nothing to do", None
+                return UNCHANGED, [], (plan.noop_reason or "nothing to do") + cannot_tell, None, unknown
             if self.dry_run:
                 for action in plan.actions:
                     self.ctx.planned_obligations.extend(action.owes)
-                return PLANNED, [a.to_dict() for a in plan.actions], "would change", None
+                planned = [a.to_dict() for a in plan.actions]
+                return PLANNED, planned, "would change" + cannot_tell, None, unknown
+            again = [a for a in plan.actions if (step.name, a.what) in self.recent_repairs]
+            if again:
+                raise RepairDidNotStick(
+                    "repair did not stick: " + "; ".join(f"{a.what} ({a.why})" for a in again)
+                    + ": applied on the previous pass and needed again now",
+                    remedy="find what undoes it, or why it has no effect on this host "
+                    "(journalctl -u aks-flex-node-agent shows each pass); the agent tries it "
+                    "once more after its backoff")
             done = []
             for action in plan.actions:
                 log.info("%s: %s (%s)", step.name, action.what, action.why)
@@ -199,10 +228,10 @@ class Runner:
                 if action.run is not None:
                     action.run()
                 done.append(action.to_dict())
-            return CHANGED, done, f"{len(done)} change(s)", None
+            return CHANGED, done, f"{len(done)} change(s)" + cannot_tell, None, unknown
         except FlexNodeError as exc:
             log.debug("step %s failed", step.name, exc_info=True)
-            return FAILED, [], exc.message, exc
+            return FAILED, [], exc.message, exc, unknown
         except Exception as exc:  # a bug or an unexpected library error: keep the trace in the log
             log.error("step %s failed unexpectedly:\n%s", step.name, traceback.format_exc())
-            return FAILED, [], f"{type(exc).__name__}: {exc}", exc
+            return FAILED, [], f"{type(exc).__name__}: {exc}", exc, unknown

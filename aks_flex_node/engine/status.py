@@ -3,6 +3,10 @@
 Modelled on aks-node-controller's status contract (Azure/AgentBaker, aks-node-controller/):
 the run writes its outcome to a JSON file and touches a `provision.complete` marker when it is over, so a waiter polls the marker
 and then reads the outcome. The file holds no secret, so it is world-readable (0644).
+
+A run killed (kill -9, a power cut) leaves "running" behind. Readers ask `current()`, which
+reads such a record as "interrupted" once no process holds the run lock (engine/lock.py).
+That is derived on each read and never written: the next run overwrites the record as usual.
 """
 
 import datetime
@@ -10,7 +14,9 @@ import json
 import time
 
 from aks_flex_node import __version__, paths
-from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.engine import lock
+from aks_flex_node.engine.state_shape import FLAG, INTEGER, NUMBER, TEXT, ListOf, Obj, shape_problem
+from aks_flex_node.errors import ExitCode, FlexNodeError
 
 SCHEMA = 1
 
@@ -20,6 +26,24 @@ RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 UNJOINED = "unjoined"
+INTERRUPTED = "interrupted"  # read, not written: "running", but its run is gone
+
+
+# What a run writes (operations.py: the summary, PhaseResult.to_dict, FlexNodeError.to_dict,
+# Obligation.to_dict), for the fields a reader uses: `status` prints them, `status --wait`
+# exits with exit_code. Keys not listed here are left alone.
+_MAYBE_TEXT = (str, type(None))
+_ITEM = Obj(required={"what": TEXT}, optional={"why": TEXT, "reason": TEXT})
+STATUS_SHAPE = Obj(required={"state": TEXT}, optional={
+    "operation": _MAYBE_TEXT, "cluster_resource_id": _MAYBE_TEXT, "machine_name": _MAYBE_TEXT,
+    "started": _MAYBE_TEXT, "finished": _MAYBE_TEXT, "duration_s": NUMBER, "pid": INTEGER,
+    "exit_code": INTEGER, "dry_run": FLAG,
+    "error": Obj(optional={"message": TEXT, "remedy": TEXT}, nullable=True),
+    "phases": ListOf(Obj(required={"name": TEXT, "status": TEXT}, optional={
+        "message": TEXT, "duration_s": NUMBER, "changes": ListOf(_ITEM),
+        "unknown": ListOf(Obj(required={"what": TEXT, "reason": TEXT}))})),
+    "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),
+    "leftovers": ListOf(TEXT), "kept": ListOf(TEXT)})
 
 
 def now_iso(ts=None):
@@ -33,7 +57,8 @@ class StatusFile:
 
     def read(self):
         """The last run's status, or None when no run wrote one; a file that is not a JSON
-        object is an error naming it (never taken for "no run")."""
+        object of the shape a run writes (STATUS_SHAPE) is an error naming it and the field
+        (never taken for "no run")."""
         raw = self._host.read_bytes(paths.STATUS)
         if not raw:
             return None
@@ -44,21 +69,64 @@ class StatusFile:
         else:
             why = f"a JSON {type(status).__name__}, not an object"
         if not isinstance(status, dict):
-            raise FlexNodeError(f"{paths.STATUS} is {why}",
-                                remedy=f"remove it (rm {paths.STATUS}): the next run writes it again")
+            raise _bad_status(why)
+        problem = shape_problem(status, STATUS_SHAPE)
+        if problem:
+            raise _bad_status(f"not the status a run writes: {problem}")
+        return status
+
+    def current(self):
+        """The last run's status as it stands now: `read()`, except that a "running" record
+        whose run no longer holds the run lock reads as "interrupted". The record is read
+        again while we hold the lock: a run that ended between the first read and the probe
+        has written its outcome by then, and none can start until we let go."""
+        status = self.read()
+        if not status or status.get("state") != RUNNING:
+            return status
+        with lock.probe(self._host) as free:
+            if not free:  # a run holds it (or we cannot tell): it is running
+                return status
+            status = self.read()
+        if status and status.get("state") == RUNNING:
+            return interrupted(status)
         return status
 
     def write(self, status):
         status = dict(status, schema=SCHEMA, version=__version__, updated=now_iso())
-        self._host.ensure_dir(paths.STATE_DIR, 0o700)
         body = json.dumps(status, indent=2, sort_keys=True).encode() + b"\n"
-        self._host.write_file(paths.STATUS, body, 0o644)
+        with lock.writing_state(self._host.path(paths.STATUS)):
+            self._host.ensure_dir(paths.STATE_DIR, 0o700)
+            self._host.write_file(paths.STATUS, body, 0o644)
 
     def begin(self):
-        self._host.remove(paths.COMPLETE_MARKER)
+        with lock.writing_state(self._host.path(paths.COMPLETE_MARKER)):
+            self._host.remove(paths.COMPLETE_MARKER)
 
     def complete(self):
-        self._host.write_file(paths.COMPLETE_MARKER, now_iso().encode() + b"\n", 0o644)
+        with lock.writing_state(self._host.path(paths.COMPLETE_MARKER)):
+            self._host.write_file(paths.COMPLETE_MARKER, now_iso().encode() + b"\n", 0o644)
 
     def is_complete(self):
         return self._host.read_bytes(paths.COMPLETE_MARKER) is not None
+
+
+def _bad_status(why):
+    return FlexNodeError(f"{paths.STATUS} is {why}",
+                         remedy=f"remove it (rm {paths.STATUS}): the next run writes it again")
+
+
+def interrupted(status):
+    """A "running" record whose run is gone, as `status` shows it: failed (exit 1), with
+    what to do."""
+    operation = status.get("operation") or "bootstrap"
+    who = f"pid {status['pid']}" if status.get("pid") else "its process"
+    since = f" (started {status['started']})" if status.get("started") else ""
+    remedy = f"run `aks-flex-node {operation}` again"
+    if operation == "bootstrap":
+        remedy += ("; or let the agent service retry it: aks-flex-node-agent does on its next "
+                   "pass when the join is pending or the node is joined (journalctl -u "
+                   "aks-flex-node-agent)")
+    error = {"error": INTERRUPTED, "remedy": remedy,
+             "message": f"the {operation} run{since} was interrupted: {who} ended (killed, or the "
+                        "machine went down) before it recorded an outcome"}
+    return dict(status, state=INTERRUPTED, exit_code=int(ExitCode.FAILED), error=error)

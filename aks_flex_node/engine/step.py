@@ -14,6 +14,10 @@ owes nothing.
 `run_if` says whether a step applies to this run at all (kubeadm's workflow RunIf): a step
 that only reads Azure does not apply to the agent's local passes.
 
+What a step cannot observe on this host (a container without /proc/modules) it neither
+changes nor reports changed: `plan.add_unknown(what, reason)` says so, and the phase shows it
+(the agent logs it once, not every pass).
+
 `plan_undo` is the step's side of unbootstrap: a Plan that removes what the ledger says
 the step created (engine/undo.py walks the phases in reverse order).
 """
@@ -66,10 +70,25 @@ class Action:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Unobserved:
+    """A setting the step could not see on this host, so it left it alone: `what`, `reason`."""
+
+    what: str
+    reason: str
+
+    def to_dict(self):
+        return {"what": self.what, "reason": self.reason}
+
+    def __str__(self):
+        return f"{self.what} ({self.reason})"
+
+
 @dataclasses.dataclass
 class Plan:
     actions: List[Action] = dataclasses.field(default_factory=list)
     noop_reason: Optional[str] = None
+    unknown: List[Unobserved] = dataclasses.field(default_factory=list)
 
     @property
     def changes(self):
@@ -78,8 +97,14 @@ class Plan:
     def add(self, what, why, run=None, owes=()):
         self.actions.append(Action(what, why, run, tuple(owes)))
 
+    def add_unknown(self, what, reason):
+        self.unknown.append(Unobserved(what, reason))
+
     def to_dict(self):
-        return {"actions": [a.to_dict() for a in self.actions], "noop_reason": self.noop_reason}
+        out = {"actions": [a.to_dict() for a in self.actions], "noop_reason": self.noop_reason}
+        if self.unknown:
+            out["unknown"] = [u.to_dict() for u in self.unknown]
+        return out
 
 
 class Step:

@@ -52,17 +52,14 @@ def _kind(member):
     return "special file"
 
 
-def read_members(archive_path, wanted, max_member_bytes=MAX_MEMBER_BYTES):
-    """Yield (member_name, dest_name, data) for each regular file `wanted` maps to a name.
-
-    `wanted(member_name)` returns the destination name relative to the target directory,
-    or None to skip the member. Member names are normalised ("./x" -> "x").
-    """
+def _chosen(archive_path, wanted, max_member_bytes, read):
+    """Yield (member_name, dest_name, data or None) for each member `wanted` maps to a
+    name, checked as read_members says; the data is read only when `read`."""
     try:
         tar = tarfile.open(archive_path, "r:*")
     except FileNotFoundError:
         raise ArchiveError(f"archive {archive_path} does not exist") from None
-    except (tarfile.TarError, OSError) as e:
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:  # EOFError: cut in its first block
         raise ArchiveError(f"cannot read archive {archive_path}: {e}") from e
     with tar:
         try:
@@ -84,7 +81,22 @@ def read_members(archive_path, wanted, max_member_bytes=MAX_MEMBER_BYTES):
                         f"archive {archive_path} member {name} is {member.size} bytes: "
                         f"expected at most {max_member_bytes}"
                     )
-                data = tar.extractfile(member).read()
-                yield name, dest, data
+                yield name, dest, (tar.extractfile(member).read() if read else None)
         except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
             raise ArchiveError(f"archive {archive_path} is damaged: {e}") from e
+
+
+def read_members(archive_path, wanted, max_member_bytes=MAX_MEMBER_BYTES):
+    """Yield (member_name, dest_name, data) for each regular file `wanted` maps to a name.
+
+    `wanted(member_name)` returns the destination name relative to the target directory,
+    or None to skip the member. Member names are normalised ("./x" -> "x").
+    """
+    yield from _chosen(archive_path, wanted, max_member_bytes, read=True)
+
+
+def list_members(archive_path, wanted, max_member_bytes=MAX_MEMBER_BYTES):
+    """[(member_name, dest_name)] that read_members would yield, with the same checks, read
+    through the whole archive (so a damaged one fails here) without keeping any content:
+    what an install will write, known before it writes anything."""
+    return [(name, dest) for name, dest, _ in _chosen(archive_path, wanted, max_member_bytes, read=False)]

@@ -7,6 +7,9 @@ that resource in Azure is `aks_flex_node.azure.arc`'s part.
 
 import json
 import logging
+import os
+import re
+import stat
 import uuid
 
 from aks_flex_node import paths
@@ -24,6 +27,12 @@ INSTALL_HINT = (
 # The keys `azcmagent connect --config` reads are its long flag names
 # (https://learn.microsoft.com/azure/azure-arc/servers/azcmagent-connect).
 CONNECT_KEYS = ("tenant-id", "subscription-id", "resource-group", "location", "resource-name", "tags", "cloud")
+CONFIG_TIMEOUT = 60
+# The agent's own proxy settings (Learn, "Manage and maintain the Azure Connected Machine
+# agent": `azcmagent config set proxy.url`, `proxy.bypass`); the only ones we manage.
+PROXY_PROPERTIES = ("proxy.url", "proxy.bypass")
+# The files _with_config_file writes: ours by name, so a leftover is recognised.
+CONFIG_FILE = re.compile(r"azcmagent-[0-9a-f]{32}\.json")
 
 
 class AzcmagentError(FlexNodeError):
@@ -50,6 +59,7 @@ class Azcmagent:
         self.host = host
         self.command = command
         self.run_dir = run_dir  # root-only (0700): the connect file with the token lives here briefly
+        self._swept = False
 
     def _run(self, args, **kwargs):
         try:
@@ -97,12 +107,70 @@ class Azcmagent:
         could read it in /proc/<pid>/cmdline (proc(5)); upstream passed `--access-token`
         (Azure/AKSFlexNode v0.0.10, pkg/components/arc/arc_installer.go)."""
         self.host.ensure_dir(self.run_dir, mode=0o700)
+        if not self._swept:
+            self.remove_leftover_config_files()
         node_path = f"{self.run_dir}/azcmagent-{uuid.uuid4().hex}.json"
         try:
             self.host.write_file(node_path, json.dumps(content).encode(), mode=0o600)
             return self._run([*args, "--config", str(self.host.path(node_path))], timeout=timeout, secrets=secrets)
         finally:
             self.host.remove(node_path)
+
+    # ---- token files a killed run left behind ----------------------------------------------
+
+    def leftover_config_files(self):
+        """Node paths of the token files a run killed while azcmagent ran (kill -9 skips the
+        `finally` that removes them) left in the run directory: ours by name only, regular
+        files only, never through a symlink (the directory itself included)."""
+        real = self.host.path(self.run_dir)
+        try:
+            if not stat.S_ISDIR(os.lstat(real).st_mode):
+                return []
+            entries = list(os.scandir(real))
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            log.warning("cannot look for leftover azcmagent files in %s: %s", self.run_dir, err.strerror or err)
+            return []
+        return sorted(f"{self.run_dir}/{e.name}" for e in entries
+                      if CONFIG_FILE.fullmatch(e.name) and e.is_file(follow_symlinks=False))
+
+    def remove_leftover_config_files(self):
+        """Remove what leftover_config_files finds; returns the node paths removed."""
+        removed = []
+        for node_path in self.leftover_config_files():
+            # Checked again right before: only a regular file goes, never what a link names.
+            try:
+                if not stat.S_ISREG(os.lstat(self.host.path(node_path)).st_mode):
+                    continue
+            except FileNotFoundError:
+                continue
+            self.host.remove(node_path)
+            removed.append(node_path)
+        if removed:
+            log.info("removed %d token file(s) a killed run left in %s", len(removed), self.run_dir)
+        self._swept = True
+        return removed
+
+    # ---- the agent's own settings -------------------------------------------------------
+
+    def config_get(self, prop):
+        """The value of an `azcmagent config` property as text ("" when unset).
+
+        `config get <prop> -j` (the common -j flag, Learn "azcmagent config"); read leniently:
+        a JSON string, an object holding the property, a list, or plain "prop: value" text."""
+        result = self._run(["config", "get", prop, "-j"], timeout=CONFIG_TIMEOUT)
+        return _config_value(result.stdout, prop)
+
+    def config_set(self, prop, value):
+        """`azcmagent config set <prop> <value>`. Only for values that are no secret: they
+        are on argv (callers refuse proxy credentials, http_policy.check_for_azcmagent)."""
+        log.info("setting the Arc agent's %s", prop)
+        return self._run(["config", "set", prop, value], timeout=CONFIG_TIMEOUT)
+
+    def config_clear(self, prop):
+        log.info("clearing the Arc agent's %s", prop)
+        return self._run(["config", "clear", prop], timeout=CONFIG_TIMEOUT)
 
     def connect(self, settings, access_token):
         """`azcmagent connect` with `settings` (keys: azcmagent's long flag names)."""
@@ -124,3 +192,29 @@ class Azcmagent:
         if access_token:
             return self._with_config_file(["disconnect"], {"access-token": access_token}, (access_token,), CONNECT_TIMEOUT)
         return self._run(["disconnect", "--force-local-only"], timeout=CONNECT_TIMEOUT)
+
+
+def _config_value(stdout, prop):
+    text = (stdout or "").strip()
+    if not text:
+        return ""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = text
+    if isinstance(value, dict):
+        for key in (prop, "value", "Value"):
+            if key in value:
+                value = value[key]
+                break
+        else:
+            value = next(iter(value.values())) if len(value) == 1 else ""
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    value = "" if value is None else str(value).strip()
+    # Plain text: "proxy.url: http://..." or "proxy.url = http://...".
+    for separator in (":", "="):
+        head, sep, tail = value.partition(separator)
+        if sep and head.strip().lower() == prop.lower():
+            return tail.strip()
+    return value

@@ -24,6 +24,7 @@ from pathlib import Path
 from aks_flex_node import __version__
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.host import fs
+from aks_flex_node.http_policy import HttpPolicy, redact
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _GNU_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
 # BSD / `sha256sum --tag` output: "SHA256 (<name>) = <hex>".
 _BSD_LINE = re.compile(r"SHA256 \((.+)\) = ([0-9a-fA-F]{64})")
+
+# A download in progress: .download-<pid of the run>.<random>.part (see _download_to).
+_PART = re.compile(r"\.download-(\d+)\.[A-Za-z0-9_]+\.part")
+
 
 # One lock per cache file, so threads fetching the same artifact download it once.
 _locks_guard = threading.Lock()
@@ -83,9 +88,13 @@ def check_sha256(value, field="sha256"):
 
 
 def check_url(url, field="url"):
-    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    try:
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    except ValueError:
+        parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{field} = {url!r}: expected an http:// or https:// URL")
+        shown = redact(url) if isinstance(url, str) else url  # a proxy's password stays out
+        raise ValueError(f"{field} = {shown!r}: expected an http:// or https:// URL")
     return url
 
 
@@ -137,21 +146,24 @@ def parse_checksums(text, filename, source):
 class Downloader:
     """Fetches URLs into `cache_dir` (a real path: the Host has added its root).
 
-    `ca_bundle` replaces the system trust for https (like the Azure SDK's connection
-    verify); `proxy` overrides https_proxy/http_proxy from `env`; no_proxy always applies.
+    `policy` (http_policy.HttpPolicy, the run's) decides the proxy per URL and the CA bundle;
+    the process environment's proxy variables are never consulted (http_policy says why).
+    Without one: direct connections, the system's CAs.
     """
 
-    def __init__(self, cache_dir, ca_bundle=None, proxy=None, timeout=60, env=None,
-                 attempts=ATTEMPTS, backoff=BACKOFF):
+    def __init__(self, cache_dir, policy=None, timeout=60, attempts=ATTEMPTS, backoff=BACKOFF):
         self.cache_dir = os.fspath(cache_dir)
-        self.ca_bundle = ca_bundle
-        self.proxy = proxy
+        self.policy = policy = policy or HttpPolicy()
+        ca_bundle = policy.ca_bundle
         self.timeout = timeout
-        self.env = dict(os.environ if env is None else env)
+        # sha256 -> [(cache path, body)] of checksum files read but not yet verified by a
+        # fetch: written to the cache only once an artifact matches them.
+        self._unverified = {}
+        self._unverified_lock = threading.Lock()
         self.attempts = max(1, int(attempts))
         self.backoff = backoff
-        if proxy is not None:
-            check_url(proxy, "proxy")
+        if policy.https_proxy is not None:
+            check_url(policy.https_proxy, "https_proxy")
         if ca_bundle is not None and not os.path.isfile(ca_bundle):
             raise ValueError(f"ca_bundle = {ca_bundle!r}: expected a PEM file that exists")
         try:
@@ -171,21 +183,30 @@ class Downloader:
         sha256 = check_sha256(sha256)
         final = self.cache_path(url, sha256)
         with _lock_for(final):
+            self._remove_dead_parts()
             if fs.file_sha256(final) == sha256:
                 log.debug("cache hit for %s: %s", url, final)
+                self._checksums_verified(sha256, True)
                 return Path(final)
             if fs.exists(final):
                 log.warning("cached %s does not match its sha256; downloading it again", final)
                 fs.remove(final)
             fs.make_parents(self.cache_dir)
-            self._with_retries(url, lambda: self._download_to(url, final, sha256))
+            try:
+                self._with_retries(url, lambda: self._download_to(url, final, sha256))
+            except ChecksumMismatch:
+                self._checksums_verified(sha256, False)
+                raise
+        self._checksums_verified(sha256, True)
         return Path(final)
 
     def checksum(self, checksum_url, filename):
         """The sha256 that the checksum file at `checksum_url` gives for `filename`.
 
-        A copy is kept in the cache; when the server cannot be reached the cached copy
-        is used, so a re-run with a warm cache works offline.
+        A copy is kept in the cache once an artifact has verified against it (fetch);
+        when the server cannot be reached the cached copy is used, so a re-run with a warm
+        cache works offline. A checksum file an artifact did not match (a bad mirror, a
+        wrong release) is never kept, so it cannot outlive the server's fix while offline.
         """
         check_url(checksum_url, "checksum_url")
         key = hashlib.sha256(checksum_url.encode()).hexdigest()[:16]
@@ -204,8 +225,40 @@ class Downloader:
                 f"checksum file {checksum_url} is not text: expected sha256sum output"
             ) from None
         digest = parse_checksums(text, filename, checksum_url)
-        fs.write_file(cached, body, 0o644)
+        with self._unverified_lock:
+            self._unverified.setdefault(digest, []).append((cached, body))
         return digest
+
+    def _checksums_verified(self, sha256, matched):
+        """An artifact did (`matched`) or did not match `sha256`: keep the checksum files
+        that gave it in the cache, or drop them (the cached copy too, when it gave it)."""
+        with self._unverified_lock:
+            sources = self._unverified.pop(sha256, [])
+        for cached, body in sources:
+            if matched:
+                fs.write_file(cached, body, 0o644)
+            elif fs.read_bytes(cached) == body:
+                log.warning("removing %s: the artifact did not match its sha256", cached)
+                fs.remove(cached)
+
+    def _remove_dead_parts(self):
+        """Remove the partial downloads of runs that were killed (their `finally` never
+        ran): the pid in a part's name is gone. A live run's, this one's included, stays."""
+        try:
+            names = os.listdir(self.cache_dir)
+        except OSError:
+            return
+        for name in names:
+            match = _PART.fullmatch(name)
+            if match is None or fs.pid_alive(int(match.group(1))):
+                continue
+            try:
+                os.unlink(os.path.join(self.cache_dir, name))
+                log.info("removed %s, a partial download a killed run left", name)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.warning("cannot remove %s, a partial download a killed run left: %s", name, e)
 
     # ---- one attempt ----------------------------------------------------------------
 
@@ -226,23 +279,9 @@ class Downloader:
             remedy="check the network (and https_proxy/no_proxy), then run again",
         )
 
-    def _proxies_for(self, url):
-        """The ProxyHandler mapping for `url`: {} means a direct connection."""
-        # Upper case first so that the lower-case spelling (curl's and wget's) wins.
-        env = {k.lower(): v for k, v in sorted(self.env.items())
-               if k.lower().endswith("_proxy") and v}
-        host = urllib.parse.urlsplit(url).hostname or ""
-        no_proxy = env.get("no_proxy")
-        if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):
-            return {}
-        if self.proxy:
-            return {"http": self.proxy, "https": self.proxy}
-        return {scheme: env[f"{scheme}_proxy"] for scheme in ("http", "https")
-                if f"{scheme}_proxy" in env}
-
     def _open(self, url):
         opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler(self._proxies_for(url)),
+            urllib.request.ProxyHandler(self.policy.proxies_for(url)),
             urllib.request.HTTPSHandler(context=self._ssl),
         )
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
@@ -279,7 +318,8 @@ class Downloader:
         digest = hashlib.sha256()
         size = 0
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=self.cache_dir)
+            fd, tmp = tempfile.mkstemp(prefix=f".download-{os.getpid()}.", suffix=".part",
+                                       dir=self.cache_dir)
         except OSError as e:
             raise DownloadError(f"cannot save {url} in {self.cache_dir}: {e.strerror or e}") from e
         try:

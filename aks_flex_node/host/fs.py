@@ -4,6 +4,8 @@ These functions take real paths (the Host has already added its root). The write
 ubuntu-pro-client's system.write_file: a temp file in the same directory (created 0600 with
 O_EXCL, so a secret is never readable by others even for an instant), mode and owner set
 before the rename, the file and its directory fsynced, the temp file removed on failure.
+The temp file's name carries the writer's pid, so the temp a killed writer left (its
+`finally` never ran) is recognised and removed by the next write or removal of that file.
 Content, mode and owner are compared each on its own, as pyinfra's files.put does, so a
 mode drift is repaired with a chmod and the content is left alone.
 """
@@ -13,6 +15,7 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import stat
 import tempfile
 
@@ -114,13 +117,74 @@ def make_parents(directory):
     return created
 
 
+def _temp_prefix(path):
+    # Short enough for NAME_MAX whatever the target's name is.
+    return "." + os.path.basename(path)[:64] + "."
+
+
+def pid_alive(pid):
+    """Whether process `pid` exists (kill(2) with signal 0): a leftover named after a dead
+    writer is stale."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, and is someone else's
+    return True
+
+
+def stale_temps(path):
+    """The temp files a writer of `path` killed mid-write left next to it (kill -9, a power
+    cut: its `finally` never ran): `.<name>.<pid>.<random>.tmp` whose pid is gone. A
+    writer that is still alive keeps its temp file; one without a pid in its name (written
+    by someone else) is never taken for ours."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    pattern = re.compile(re.escape(_temp_prefix(path)) + r"(\d+)\.[A-Za-z0-9_]+\.tmp")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    stale = []
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match and not pid_alive(int(match.group(1))):
+            candidate = os.path.join(directory, name)
+            st = _lstat(candidate)
+            if st is not None and stat.S_ISREG(st.st_mode):
+                stale.append(candidate)
+    return sorted(stale)
+
+
+def remove_stale_temps(path):
+    """Remove stale_temps(path); returns what was removed. A failure is logged, not raised:
+    the leftover is the old run's, and the write at hand does not depend on it."""
+    removed = []
+    for temp in stale_temps(path):
+        try:
+            os.unlink(temp)
+            removed.append(temp)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("cannot remove %s, a temp file a killed run left: %s", temp, e)
+    if removed:
+        log.info("removed %s, left by a killed run", ", ".join(removed))
+    return removed
+
+
 def _replace_atomically(path, content, mode, owner):
     path = os.fspath(path)
     directory = os.path.dirname(path)
     make_parents(directory)
-    # Keep the temp name short enough for NAME_MAX whatever the target's name is.
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:64] + ".", suffix=".tmp",
-                               dir=directory)
+    remove_stale_temps(path)
+    # The pid in the name lets a later run tell a dead writer's leftover from a live one's.
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp",
+                                   dir=directory)
+    except OSError as e:  # a full or read-only filesystem, a directory we may not write
+        raise _fail("write", path, e) from e
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
@@ -138,7 +202,10 @@ def _replace_atomically(path, content, mode, owner):
         if isinstance(e, OSError):
             raise _fail("write", path, e) from e
         raise
-    _fsync_dir(directory)
+    try:
+        _fsync_dir(directory)
+    except OSError as e:  # the file is in place; only its rename's durability is in doubt
+        raise _fail("sync the directory of", path, e) from e
 
 
 def write_file(path, content, mode=0o644, owner=None):
@@ -218,6 +285,8 @@ def remove(path):
     remove_tree, which never crosses a mount point.
     """
     st = _lstat(path)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        remove_stale_temps(path)  # a killed writer's temp goes with the file it was writing
     if st is None:
         return False
     try:

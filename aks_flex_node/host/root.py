@@ -13,7 +13,6 @@ import posixpath
 from pathlib import PurePosixPath
 
 from aks_flex_node.host import fs, mounts
-from aks_flex_node.host.download import Downloader
 from aks_flex_node.host.kernel import Kernel
 from aks_flex_node.host.run import (CommandError, SkippedRun, check_argv, display,
                                     resolve_executable, run_command)
@@ -256,14 +255,3 @@ class Host:
             if found:
                 return found
         return resolve_executable(command, self.env.get("PATH", os.defpath))
-
-    # ---- downloads -----------------------------------------------------------------
-
-    def downloader(self, cache_dir, ca_bundle=None, proxy=None, timeout=60):
-        """A Downloader caching under node path `cache_dir`.
-
-        `ca_bundle` is a path as this process sees it (not under the root): it is the
-        trust of this process's own connections.
-        """
-        return Downloader(self.path(cache_dir), ca_bundle=ca_bundle, proxy=proxy,
-                          timeout=timeout, env=self.env)

@@ -1,7 +1,16 @@
-"""Azure Arc: this machine connected as an Arc resource, with a managed identity."""
+"""Azure Arc: this machine connected as an Arc resource, with a managed identity.
+
+The agent gets the run's proxy as its own settings (`azcmagent config set proxy.url` and
+`proxy.bypass`, Learn "Manage and maintain the Azure Connected Machine agent") before it
+connects; what we set is in the ledger (`azcmagent_config`, with the value it replaced),
+so removing the proxy from our config, or unbootstrap, puts the agent's setting back.
+"""
 
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.http_policy import ProxySettingError, redact
+
+CONFIG_KIND = "azcmagent_config"
 
 # azcmagent's --cloud names for the clouds we know (a custom cloud is not one of them).
 AZCMAGENT_CLOUDS = {
@@ -27,6 +36,59 @@ def connect_settings(cfg, location):
     return settings
 
 
+def _normalized(prop, value):
+    """Compare settings as the agent means them: proxy.bypass is a set of service names."""
+    value = (value or "").strip()
+    if prop == "proxy.bypass":
+        return ",".join(sorted({v.strip().lower() for v in value.split(",") if v.strip()}))
+    return value.rstrip("/")
+
+
+def plan_agent_proxy(ctx, plan, step, agent):
+    """Actions that give the Arc agent the run's proxy settings, or put back what we changed
+    once the config has no proxy any more. Without a proxy and nothing of ours recorded,
+    the agent is not even asked."""
+    try:
+        url, bypass = ctx.http_policy.azcmagent_proxy(ctx.config.endpoints)
+    except ProxySettingError as err:
+        raise FlexNodeError(str(err), remedy="change https_proxy in the config") from None
+    wanted = {"proxy.url": url or "", "proxy.bypass": ",".join(bypass)}
+    for prop in ("proxy.url", "proxy.bypass"):
+        ours = ctx.ledger.get(CONFIG_KIND, prop)
+        if not wanted[prop] and ours is None:
+            continue  # not ours to manage: an operator's own setting stays
+        current = agent.config_get(prop)
+        if _normalized(prop, current) == _normalized(prop, wanted[prop]):
+            continue
+        shown = ctx.http_policy.shown_proxy if prop == "proxy.url" else wanted[prop]
+        if wanted[prop]:
+            plan.add(f"set the Arc agent's {prop} to {shown}",
+                     f"https_proxy/no_proxy in the config; the agent has {redact(current) or 'none'}",
+                     lambda p=prop, v=wanted[prop], c=current: _set_config(ctx, step, agent, p, v, c))
+        else:
+            previous = ours.get("previous") or ""
+            plan.add(f"put the Arc agent's {prop} back to {redact(previous) or 'unset'}",
+                     "the config has no proxy any more; aks-flex-node had set it",
+                     lambda e=ours: _restore_config(ctx, agent, e))
+
+
+def _set_config(ctx, step, agent, prop, value, current):
+    # Record before acting, with what it replaces, so undo can put that back.
+    if not ctx.ledger.has(CONFIG_KIND, prop):
+        ctx.ledger.record(step, CONFIG_KIND, prop, previous=current or "")
+    agent.config_set(prop, value)
+
+
+def _restore_config(ctx, agent, entry):
+    previous = entry.get("previous") or ""
+    if previous:
+        agent.config_set(entry["id"], previous)
+    else:
+        agent.config_clear(entry["id"])
+    ctx.ledger.forget(CONFIG_KIND, entry["id"])
+    return []
+
+
 def machine_id(cfg):
     return (f"/subscriptions/{cfg.subscription_id}/resourceGroups/{cfg.arc_resource_group}"
             f"/providers/Microsoft.HybridCompute/machines/{cfg.machine_name}")
@@ -45,6 +107,12 @@ class ArcStep(Step):
 
         cfg, plan = ctx.config, Plan()
         agent = Azcmagent(ctx.host, cfg.azcmagent)
+        leftovers = agent.leftover_config_files()
+        if leftovers:
+            plan.add(f"remove {len(leftovers)} leftover azcmagent token file(s) from {agent.run_dir}",
+                     "a run killed while azcmagent ran left them (they hold an ARM access token)",
+                     agent.remove_leftover_config_files)
+        plan_agent_proxy(ctx, plan, self.name, agent)
         shown = agent.show() or {}
         location = ctx.data.arc_location or cfg.arc_location
         settings = connect_settings(cfg, location)
@@ -60,12 +128,15 @@ class ArcStep(Step):
             if not connected:
                 raise TemporaryError("the Azure Arc agent is not connected",
                                      remedy="the next full pass reconnects it")
-            return Plan(noop_reason="the local Arc agent is connected")
+            if not plan.actions:
+                plan.noop_reason = "the local Arc agent is connected"
+            return plan
         machine = arc.get_machine(ctx.azure.clients, cfg.subscription_id,
                                   cfg.arc_resource_group, cfg.machine_name)
         if connected and machine and machine.principal_id:
             ctx.data.principal_id = machine.principal_id
-            plan.noop_reason = f"connected as {machine.id}"
+            if not plan.actions:
+                plan.noop_reason = f"connected as {machine.id}"
             return plan
         why = ("the local agent is not connected" if not connected
                else "the Arc resource has no managed identity yet")
@@ -101,7 +172,18 @@ class ArcStep(Step):
                 plan.add("disconnect the local Arc agent (local state only)",
                          f"connected by the {self.name} phase",
                          lambda e=entry: self._disconnect(ctx, e))
+        for entry in entries:
+            if entry["kind"] == CONFIG_KIND:
+                previous = entry.get("previous") or ""
+                plan.add(f"put the Arc agent's {entry['id']} back to {redact(previous) or 'unset'}",
+                         f"set by the {self.name} phase", lambda e=entry: self._restore(ctx, e))
         return plan
+
+    @staticmethod
+    def _restore(ctx, entry):
+        from aks_flex_node.host.azcmagent import Azcmagent
+
+        return _restore_config(ctx, Azcmagent(ctx.host, ctx.config.azcmagent), entry)
 
     @staticmethod
     def _delete_machine(ctx, entry):

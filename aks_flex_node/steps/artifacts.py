@@ -7,6 +7,14 @@ on a joined node downloads nothing. Otherwise the checksum comes from the releas
 checksum file, the archive is fetched into the cache (or found there) and verified, and
 each member is written atomically (host.write_file), so a running binary is replaced by
 rename and never truncated under a running process.
+
+An install is many writes, and a run may be killed between two of them. So before the
+first member is written, the ledger gets an `artifact` record: the URL and every file the
+archive installs (read from the archive, which is verified by then). "Installed" means
+that record names the wanted URL and each file it lists is on disk with the sha256 its own
+ledger entry holds; a run killed half-way leaves a record naming files that are missing or
+old, and the next run installs again. Each file's ledger entry is written before the file
+(tracked.write_tracked), so unbootstrap removes whatever a killed install had written.
 """
 
 import hashlib
@@ -14,9 +22,11 @@ import platform
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError
-from aks_flex_node.host.archive import read_members
+from aks_flex_node.host.archive import list_members, read_members
 from aks_flex_node.steps import tracked
 
+# The ledger kind of an install's record: {"id": artifact, "url", "members": [node paths]}.
+ARTIFACT_KIND = "artifact"
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
@@ -53,28 +63,49 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         raise NotImplementedError
 
     def installed(self, ctx, url):
-        """The ledger's files of this artifact, when they are all still as installed from `url`."""
-        entries = [e for e in ctx.ledger.entries(step=self.name, kind="file") if e.get("artifact")]
-        if not entries or any(e.get("artifact_url") != url for e in entries):
-            return None
-        for entry in entries:
-            data = ctx.host.read_bytes(entry["id"])
+        """The ledger's file entries of this artifact when every file the install from `url`
+        writes is on disk as it wrote it; None when one is missing, old or changed."""
+        record = ctx.ledger.get(ARTIFACT_KIND, self.artifact)
+        files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind="file")}
+        if record is None:
+            # An earlier release recorded each file but not the archive's list. Its install
+            # is taken as whole when every file it recorded from `url` is intact:
+            # reinstalling would restart the kubelet and containerd on `apt upgrade`.
+            members = [path for path, e in files.items() if e.get("artifact_url") == url]
+            entries = self._intact(ctx, url, files, members) if members else None
+            if entries:
+                ctx.adopt(self.name, ARTIFACT_KIND, self.artifact, url=url, members=members)
+            return entries
+        if record.get("url") != url or not record.get("members"):
+            return None  # another version
+        return self._intact(ctx, url, files, record["members"])
+
+    def _intact(self, ctx, url, files, members):
+        entries = []
+        for path in members:
+            entry = files.get(path)
+            if entry is None or entry.get("artifact_url") != url:
+                return None  # the run that recorded the install was killed before this file
+            data = ctx.host.read_bytes(path)
             if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
                 return None
+            entries.append(entry)
         return entries
 
     def check(self, ctx):
         plan = Plan()
+        tracked.plan_cache_tag(ctx, plan, self.name)
         version = self.version(ctx)
         if not version:
             plan.noop_reason = "version not known yet (it comes from the cluster)"
             return plan
         url, checksum_url = ctx.config.artifact_urls(self.artifact, version, node_arch())
         if self.installed(ctx, url):
-            plan.noop_reason = f"{self.artifact} {version} installed and intact"
+            if not plan.actions:
+                plan.noop_reason = f"{self.artifact} {version} installed and intact"
             return plan
         plan.add(f"install {self.artifact} {version} into {self.dest_dir}",
-                 "not installed, another version, or a file was changed",
+                 "not installed, another version, a file was changed, or an install was cut short",
                  lambda: self.install(ctx, url, checksum_url), owes=self.owes(version))
         return plan
 
@@ -84,6 +115,13 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         filename = url.rsplit("/", 1)[-1]
         digest = downloader.checksum(checksum_url, filename)
         archive = downloader.fetch(url, digest)
+        names = self.member_names(archive)
+        if not names:
+            raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
+        # Written (and saved) before the first member: a run killed among the writes
+        # leaves a record naming the files still missing, and installed() says so.
+        ctx.ledger.record(self.name, ARTIFACT_KIND, self.artifact, url=url,
+                          members=[f"{self.dest_dir}/{name}" for name in names])
         tracked.make_parents(ctx, self.name, self.dest_dir + "/")
         for dest, data in self.members(archive):
             tracked.write_tracked(
@@ -92,6 +130,12 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         if not self.installed(ctx, url):
             raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
 
+    def member_names(self, archive):
+        """The names (under dest_dir) the install of `archive` writes, in order, once each."""
+        if self.single_file:
+            return [self.single_file]
+        return list(dict.fromkeys(dest for _member, dest in list_members(archive, self.dest_name)))
+
     def members(self, archive):
         if self.single_file:
             with open(archive, "rb") as f:
@@ -99,3 +143,14 @@ class ArtifactStep(tracked.OwnsPaths, Step):
             return
         for _member, dest, data in read_members(archive, self.dest_name):
             yield dest, data
+
+    def plan_undo(self, ctx, entries):
+        """The files and directories go as tracked's undo says; then the install's record,
+        which is only a list of those files."""
+        records = [e for e in entries if e["kind"] == ARTIFACT_KIND]
+        plan = super().plan_undo(ctx, [e for e in entries if e["kind"] != ARTIFACT_KIND])
+        for record in records:
+            plan.add(f"forget the record of {record['id']} installed from {record.get('url')}",
+                     f"made by the {record['step']} phase; the files it lists are removed",
+                     lambda i=record["id"]: ctx.ledger.forget(ARTIFACT_KIND, i))
+        return plan

@@ -16,7 +16,7 @@ import os
 from aks_flex_node.engine.step import ACTIVATE, Plan, Step, reload_units, restart
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import tracked
-from aks_flex_node.steps.runtime import CONTAINERD_SOCKET
+from aks_flex_node.steps.runtime import CONTAINERD_SOCKET, plan_service_proxy
 
 KUBELET_BIN = "/usr/local/bin/kubelet"
 KUBELET_DIR = "/var/lib/kubelet"
@@ -210,6 +210,8 @@ class KubeletStep(tracked.OwnsPaths, Step):
         tracked.plan_file(ctx, plan, self.name, DROPIN_PATH, dropin(cfg), 0o644,
                           why="this node's kubelet command line",
                           owes=_reload_and_restart(DROPIN_PATH))
+        # The kubelet reaches the API server through the proxy unless no_proxy covers it.
+        plan_service_proxy(ctx, plan, self.name, "kubelet")
         if not plan.actions:
             plan.noop_reason = "kubeconfig, configuration, unit and drop-in as wanted"
         return plan

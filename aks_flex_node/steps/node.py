@@ -32,7 +32,7 @@ def kube_client(ctx):
     from aks_flex_node import kube
 
     return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, lambda: node_token(ctx),
-                           proxy=ctx.config.https_proxy or None)
+                           policy=ctx.http_policy)
 
 
 def identity_authorized(client, node_name):

@@ -1,6 +1,10 @@
-"""The container runtime: runc, containerd, containerd's config and unit."""
+"""The container runtime: runc, containerd, containerd's config and unit, and its proxy."""
+
+import os
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, reload_units, restart
+from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.http_policy import ProxySettingError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.artifacts import ArtifactStep
 
@@ -10,6 +14,58 @@ CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CONTAINERD_UNIT = "/etc/systemd/system/containerd.service"
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
 CONTAINERD_STATE_DIRS = ("/var/lib/containerd", "/opt/containerd")
+PROXY_NAME = "aks-flex-node-proxy"
+
+
+def proxy_paths(unit):
+    """(drop-in, environment file) giving `unit` the run's proxy. Both live in the unit's
+    drop-in directory: systemd merges only its *.conf files (systemd.unit(5)), so the
+    .env file is read only where the drop-in names it."""
+    directory = f"/etc/systemd/system/{unit}.service.d"
+    return f"{directory}/{PROXY_NAME}.conf", f"{directory}/{PROXY_NAME}.env"
+
+
+def proxy_dropin(env_path):
+    # EnvironmentFile=, not Environment=: "environment variables set for a unit are exposed
+    # to unprivileged clients via D-Bus IPC" (systemd.exec(5)), and the proxy URL may hold
+    # a password; the file is 0600 and systemd reads it as root.
+    return ("# Written by aks-flex-node from https_proxy and no_proxy in its config.\n"
+            "[Service]\n"
+            f"EnvironmentFile={env_path}\n").encode()
+
+
+def plan_service_proxy(ctx, plan, step, unit):
+    """Hand the run's HttpPolicy to a Go service (containerd, the kubelet): HTTPS_PROXY,
+    HTTP_PROXY and NO_PROXY (both spellings) in a 0600 environment file its drop-in names.
+    A change owes the unit's restart (the drop-in also a daemon-reload). Without a proxy
+    both are absent: what an earlier run wrote is removed (or what was there restored)."""
+    dropin, env_path = proxy_paths(unit)
+    try:
+        environment = ctx.http_policy.environment_file(ctx.config.cluster_domain)
+    except ProxySettingError as err:
+        raise FlexNodeError(str(err), remedy="change https_proxy or no_proxy in the config") from None
+    env_owes = (restart(unit, f"{env_path} changed"),)
+    dropin_owes = (reload_units(f"{dropin} changed"), restart(unit, f"{dropin} changed"))
+    if environment is not None:
+        # The environment file first: the drop-in never names a file that is not there.
+        tracked.plan_file(ctx, plan, step, env_path, environment, 0o600,
+                          why=f"{unit}'s proxy (https_proxy, no_proxy)", owes=env_owes)
+        tracked.plan_file(ctx, plan, step, dropin, proxy_dropin(env_path), 0o644,
+                          why=f"{unit} reads its proxy from {env_path}", owes=dropin_owes)
+        return
+    removed = False
+    for path, owes in ((dropin, dropin_owes), (env_path, env_owes)):
+        entry = ctx.ledger.get("file", path)
+        if entry is None:
+            continue
+        removed = True
+        for action in tracked.plan_undo_paths(ctx, [entry]).actions:
+            plan.add(action.what, "the config has no https_proxy any more", action.run, owes=owes)
+    # The drop-in directory, when writing the drop-in made it (and it is empty by then).
+    directory = ctx.ledger.get("parent_dir", os.path.dirname(dropin))
+    if removed and directory is not None:
+        for action in tracked.plan_undo_paths(ctx, [directory]).actions:
+            plan.add(action.what, "it held only the proxy drop-in", action.run)
 
 
 class RuncStep(ArtifactStep):
@@ -104,7 +160,7 @@ WantedBy=multi-user.target
 
 class ContainerdConfigStep(tracked.OwnsPaths, Step):
     name = "containerd-config"
-    help = "write containerd's config.toml and its systemd unit"
+    help = "write containerd's config.toml, its systemd unit and its proxy drop-in"
     branch = INSTALL
     needs = ("containerd", "runc")
     state_dirs = CONTAINERD_STATE_DIRS
@@ -123,6 +179,7 @@ class ContainerdConfigStep(tracked.OwnsPaths, Step):
                           why="containerd's systemd unit",
                           owes=(reload_units(f"{CONTAINERD_UNIT} changed"),
                                 restart("containerd", f"{CONTAINERD_UNIT} changed")))
+        plan_service_proxy(ctx, plan, self.name, "containerd")
         if not plan.actions:
-            plan.noop_reason = "config.toml and unit as wanted"
+            plan.noop_reason = "config.toml, unit and proxy settings as wanted"
         return plan

@@ -3,8 +3,8 @@
 import os
 import stat
 
-from aks_flex_node.engine.step import INSTALL, Plan, Step
-from aks_flex_node.host.kernel import comment_out_swap
+from aks_flex_node.engine.step import INSTALL, Plan, Step, Unobserved
+from aks_flex_node.host.kernel import Unknown, comment_out_swap
 from aks_flex_node.steps import tracked
 
 MODULES_LOAD_PATH = "/etc/modules-load.d/aks-flex-node.conf"
@@ -39,18 +39,24 @@ def modules_file():
 
 
 def live_sysctl_drift(host):
-    """Keys whose live value (under /proc/sys) differs; keys the kernel does not show are skipped."""
-    drift = []
+    """(keys whose live value differs, Unobserved settings): a key the kernel does not show
+    here is unknown, with its reason, never "drift" (sysctl --system could not set it)."""
+    drift, unknown = [], {}
     for key, wanted in SYSCTLS:
-        raw = host.read_bytes("/proc/sys/" + key.replace(".", "/"))
-        if raw is not None and raw.decode().strip() != wanted:
+        value = host.kernel.sysctl(key)
+        if isinstance(value, Unknown):
+            unknown.setdefault(value.reason, []).append(key)
+        elif value != wanted:
             drift.append(key)
-    return drift
+    return drift, [Unobserved("the sysctls" if len(keys) == len(SYSCTLS) else "sysctl " + ", ".join(keys),
+                              reason) for reason, keys in unknown.items()]
 
 
 class SystemStep(tracked.OwnsPaths, Step):
     # Undo restores /etc/fstab as it was and removes our modules-load.d and sysctl.d files;
     # live kernel values are left alone (other software may rely on ip_forward).
+    # A live value this host does not show (a container without /proc/modules) is left
+    # alone and reported unknown: the files still apply it at the next boot.
     name = "system"
     help = "swap off (now and in /etc/fstab), overlay and br_netfilter loaded, sysctls set"
     branch = INSTALL
@@ -59,10 +65,16 @@ class SystemStep(tracked.OwnsPaths, Step):
     def check(self, ctx):
         host, plan = ctx.host, Plan()
         kernel = host.kernel
+        seen = []  # what was observed and found right, for the no-op reason
 
-        if kernel.swap_active():
+        swap = kernel.swap_on()
+        if isinstance(swap, Unknown):
+            plan.add_unknown("swap", swap.reason)
+        elif swap:
             plan.add("turn swap off (swapoff -a)", "the kubelet refuses to run with swap on",
                      kernel.swapoff)
+        else:
+            seen.append("swap off")
         fstab = host.read_bytes(FSTAB)
         if fstab is not None:
             new_text, changed = comment_out_swap(fstab.decode())
@@ -73,21 +85,27 @@ class SystemStep(tracked.OwnsPaths, Step):
 
         tracked.plan_file(ctx, plan, self.name, MODULES_LOAD_PATH, modules_file(), 0o644,
                           why="load the modules at every boot")
-        loaded = kernel.modules_loaded()
         for module in MODULES:
-            # /proc/modules lists loadable modules only; a built-in one shows in /sys/module.
-            if module not in loaded and not host.exists(f"/sys/module/{module}"):
+            loaded = kernel.module_loaded(module)
+            if isinstance(loaded, Unknown):
+                plan.add_unknown(f"kernel module {module}", loaded.reason)
+            elif not loaded:
                 plan.add(f"load kernel module {module}", "it is not loaded",
                          lambda m=module: kernel.load_module(m))
+            else:
+                seen.append(f"{module} loaded")
 
         file_changes = tracked.plan_file(ctx, plan, self.name, SYSCTL_PATH, sysctl_file(), 0o644,
                                          why="kernel settings for Kubernetes networking")
-        drift = live_sysctl_drift(host)
+        drift, unknown = live_sysctl_drift(host)
+        plan.unknown.extend(unknown)
         if file_changes or drift:
             why = "the settings file changed" if file_changes else f"live values differ: {', '.join(drift)}"
             plan.add("apply sysctl settings (sysctl --system)", why, kernel.apply_sysctl)
+        elif not unknown:
+            seen.append("sysctls set")
         if not plan.actions:
-            plan.noop_reason = "swap off, modules loaded, sysctls set"
+            plan.noop_reason = ", ".join(seen) if seen else "nothing it can see to change"
         return plan
 
 

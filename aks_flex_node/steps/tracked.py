@@ -23,8 +23,9 @@ from aks_flex_node.engine.undo import Leftover
 
 DIR_KINDS = ("dir", "parent_dir")
 # What the downloader (host/download.py) keeps in the cache: <sha256>-<name>,
-# checksums-<key>-<name>, and .download-*.part while a download runs.
-_CACHE_FILE = re.compile(r"[0-9a-f]{64}-.+|checksums-.+|\.download-.+\.part")
+# checksums-<key>-<name>, and .download-*.part while a download runs; and the temp file
+# (host/fs.py: .<name>.<...>.tmp) a run killed while writing a checksum copy left.
+_CACHE_FILE = re.compile(r"[0-9a-f]{64}-.+|checksums-.+|\.download-.+\.part|\.checksums-.+\.tmp")
 
 
 def file_drift(host, path, content, mode):
@@ -97,14 +98,46 @@ def plan_dir(ctx, plan, step, path, mode=0o755, kind="dir"):
 
 
 def ensure_cache_dir(ctx, step):
-    """The download cache: made (and tagged as ours) when missing, recorded as `step`'s."""
+    """The download cache: made (and tagged as ours) when missing, recorded as `step`'s.
+    One the ledger records as ours gets its tag back when a killed run did not write it."""
     cache_dir = ctx.config.cache_dir
     if os.path.isdir(ctx.host.path(cache_dir)):
+        if cache_tag_drift(ctx) is not None:
+            _write_cache_tag(ctx, cache_dir)
         return
     make_parents(ctx, step, cache_dir)
     ctx.ledger.record(step, "cache_dir", cache_dir)
     ctx.host.ensure_dir(cache_dir, 0o755)
+    _write_cache_tag(ctx, cache_dir)
+
+
+def _write_cache_tag(ctx, cache_dir):
     ctx.host.write_file(f"{cache_dir}/{paths.CACHE_TAG_NAME}", paths.CACHE_TAG, 0o644)
+
+
+def cache_tag_drift(ctx):
+    """Why the cache directory's CACHEDIR.TAG needs writing, or None. Only a directory the
+    ledger records as ours is tagged: the directory is made and recorded before its tag is
+    written, so a run killed in between leaves it untagged, and unbootstrap, the config's
+    cache_dir check and `tar --exclude-caches` all go by the tag."""
+    cache_dir = ctx.config.cache_dir
+    if not ctx.ledger.has("cache_dir", cache_dir) or not os.path.isdir(ctx.host.path(cache_dir)):
+        return None
+    drift, _ = file_drift(ctx.host, f"{cache_dir}/{paths.CACHE_TAG_NAME}", paths.CACHE_TAG, 0o644)
+    return drift
+
+
+def plan_cache_tag(ctx, plan, step):
+    """Plan the tag of the cache directory in the phase that recorded the directory (one
+    phase, though every artifact phase uses the cache); True when it is planned."""
+    entry = ctx.ledger.get("cache_dir", ctx.config.cache_dir)
+    drift = cache_tag_drift(ctx) if entry is not None and entry["step"] == step else None
+    if drift is None:
+        return False
+    cache_dir = ctx.config.cache_dir
+    plan.add(f"write {cache_dir}/{paths.CACHE_TAG_NAME} (mode 0644)",
+             f"aks-flex-node made {cache_dir}; {drift}", lambda: _write_cache_tag(ctx, cache_dir))
+    return True
 
 
 # ---- undo -----------------------------------------------------------------------------
@@ -199,19 +232,24 @@ def _remove_state_dir(ctx, entry):
 
 def _remove_cache(ctx, path):
     real = ctx.host.path(path)
+    tag = f"{path}/{paths.CACHE_TAG_NAME}"
+    tag_real = ctx.host.path(tag)
+    if not os.path.lexists(tag_real) or (
+            os.path.isfile(tag_real) and not os.path.islink(tag_real)
+            and paths.is_own_cache_tag(ctx.host.read_bytes(tag) or b"")):
+        ctx.host.remove(tag)  # and the temp file a run killed while writing it left
     try:
         names = os.listdir(real)
     except FileNotFoundError:
         ctx.ledger.forget("cache_dir", path)
         return []
     for name in names:
-        node_path = f"{path}/{name}"
-        st = os.lstat(os.path.join(real, name))
-        if not stat.S_ISREG(st.st_mode):
-            continue
-        if _CACHE_FILE.fullmatch(name) or (
-                name == paths.CACHE_TAG_NAME and paths.is_own_cache_tag(ctx.host.read_bytes(node_path))):
-            ctx.host.remove(node_path)
+        try:
+            st = os.lstat(os.path.join(real, name))
+        except FileNotFoundError:
+            continue  # gone meanwhile (a temp file removed with the file it was for)
+        if stat.S_ISREG(st.st_mode) and _CACHE_FILE.fullmatch(name):
+            ctx.host.remove(f"{path}/{name}")
     ctx.ledger.forget("cache_dir", path)
     try:
         os.rmdir(real)

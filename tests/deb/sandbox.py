@@ -62,6 +62,7 @@ STATE = paths.STATE_DIR
 PENDING = paths.PENDING
 LEDGER = paths.LEDGER
 STATUS = paths.STATUS
+COMPLETE = paths.COMPLETE_MARKER
 
 
 class Sandbox:

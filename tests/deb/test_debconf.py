@@ -146,13 +146,69 @@ def test_an_invalid_preseed_fails_the_install_in_fail_install_mode(sandbox):
     assert sandbox.status() is None
 
 
-def test_a_value_that_cannot_be_written_is_reported_and_not_written(sandbox):
-    preseed_join(sandbox, join="false", tags=("string", "env=edge#oops"))
+def nothing_written(sb):
+    """No configuration, no secret on disk or in debconf, no join started or left pending."""
+    assert not sb.path(sb_mod.CONF).exists()
+    assert not sb.path(sb_mod.SECRET).exists()
+    assert sb.get("sp_client_secret") == ""
+    assert not [p for p in sb.db_files() if SECRET.encode() in p.read_bytes()]
+    assert sb.status() is None
+    assert not sb.path(sb_mod.STATE).exists()
+
+
+def test_a_value_that_cannot_be_written_is_refused_not_dropped(sandbox):
+    # Before: the tags were left out of the file and the join ran without them.
+    preseed_join(sandbox, tags=("string", "env=edge#oops"), on_join_failure=("select", "fail-install"))
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "aks-flex-node/tags = 'env=edge#oops'" in result.stderr and "'#'" in result.stderr
+    nothing_written(sandbox)
+
+
+@pytest.mark.parametrize("question, value, choices", [
+    ("auth_method", "password", "service-principal, azure-cli, managed-identity"),
+    ("role_preset", "admin", "legacy, minimal"),
+    ("cloud", "AzureMars", "AzurePublicCloud, AzureUSGovernment, AzureChinaCloud, custom"),
+    ("on_join_failure", "sometimes", "retry-in-background, fail-install"),
+])
+def test_a_select_answer_that_is_not_a_choice_is_refused(sandbox, question, value, choices):
+    # debconf itself would put the first choice in its place, in silence, and the join ran
+    # with it: the config script keeps it from INPUT, the postinst refuses it.
+    answers = {"on_join_failure": ("select", "fail-install"), question: ("select", value)}
+    preseed_join(sandbox, **answers)
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    # fail-install, or on_join_failure itself refused: the install fails, as the postinst
+    # lets only retry-in-background finish.
+    assert result.returncode == 2, result.stderr
+    assert f"aks-flex-node/{question} = '{value}': expected one of {choices}" in result.stderr
+    assert sandbox.get(question) == value  # not replaced by debconf
+    nothing_written(sandbox)
+
+
+def test_a_select_answer_that_is_not_a_choice_is_refused_in_retry_mode_without_a_pending_join(sandbox):
+    preseed_join(sandbox, role_preset=("select", "admin"), on_join_failure=("select", "retry-in-background"))
     result = sandbox.run("postinst", "configure", "", timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "aks-flex-node/tags" in result.stderr and "'#'" in result.stderr
-    assert sandbox.conf_value("arc_tags") == ""
-    assert sandbox.conf_value("tenant_id") == TENANT
+    assert "aks-flex-node/role_preset = 'admin'" in result.stderr
+    nothing_written(sandbox)
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "0", "inf", "nan", "1e9", "\u0666\u0660", "86401", "60\n"])
+@pytest.mark.parametrize("mode, code", [("retry-in-background", 0), ("fail-install", 2)])
+def test_a_bad_join_timeout_is_refused_before_anything_is_marked(sandbox, value, mode, code):
+    # Before: it was read after the pending mark, which then stayed behind, and fail-install
+    # exited 1 (a join failure) instead of 2 (a bad input).
+    preseed_join(sandbox, on_join_failure=("select", mode))
+    loopback_cloud(sandbox)
+    before = sandbox.path(sb_mod.CONF).read_bytes()
+    result = sandbox.run("postinst", "configure", "", timeout=60,
+                         env={"AKS_FLEX_NODE_JOIN_TIMEOUT": value})
+    assert result.returncode == code, result.stderr
+    assert f"AKS_FLEX_NODE_JOIN_TIMEOUT = {value!r}" in result.stderr
+    assert sandbox.path(sb_mod.CONF).read_bytes() == before
+    assert not sandbox.path(sb_mod.STATE).exists()  # no pending mark, no status, no lock
+    assert not sandbox.path(sb_mod.SECRET).exists()
+    assert sandbox.get("sp_client_secret") == ""
 
 
 # ---- reconfigure, hand edits, the secret ----------------------------------------------------

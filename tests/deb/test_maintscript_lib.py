@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from aks_flex_node import debconf_answers, lifecycle, maintscript
+from aks_flex_node import debconf_answers, lifecycle, maintscript, node_files
 from aks_flex_node.host import Host
 from tests.deb import sandbox as sb_mod
 from tests.deb.conftest import require_tools
@@ -54,13 +54,38 @@ def test_file_values_are_read_as_sh_reads_them():
     assert debconf_answers.file_value(text, "cloud") is None
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+@pytest.mark.parametrize("value", ["0", "0.0", "-5", "soon", "inf", "nan", "1e9", "0x10", "\u0666\u0660",
+                                   "\uff16\uff10", " 60", "60\n", "1_000", "86401"])
 def test_a_bad_timeout_names_the_variable_the_value_and_what_is_expected(monkeypatch, value):
+    # float() took "inf" (then OverflowError in the wait), "1e9" and Arabic-Indic digits.
     monkeypatch.setenv(maintscript.JOIN_TIMEOUT_ENV, value)
-    with pytest.raises(maintscript.FlexNodeError) as err:
-        maintscript._timeout(maintscript.JOIN_TIMEOUT_ENV, 900.0)
-    assert maintscript.JOIN_TIMEOUT_ENV in err.value.message and repr(value) in err.value.message
-    assert "greater than 0" in err.value.message
+    seconds, problem = maintscript.read_timeout(maintscript.JOIN_TIMEOUT_ENV, 900.0)
+    assert seconds == 900.0
+    assert str(problem).startswith(f"{maintscript.JOIN_TIMEOUT_ENV} = {value!r}: expected")
+    assert "ASCII digits" in problem.expected and "86400" in problem.expected
+
+
+@pytest.mark.parametrize("value, seconds", [("", 900.0), ("60", 60.0), ("2.5", 2.5), ("86400", 86400.0)])
+def test_a_good_timeout_is_taken(monkeypatch, value, seconds):
+    monkeypatch.setenv(maintscript.JOIN_TIMEOUT_ENV, value)
+    assert maintscript.read_timeout(maintscript.JOIN_TIMEOUT_ENV, 900.0) == (seconds, None)
+
+
+@pytest.mark.parametrize("value", ["inf", "\u0666\u0660", "soon"])
+def test_a_bad_unjoin_timeout_is_named_and_the_unjoin_goes_on(tmp_path, value):
+    # Before: "inf" ended in an OverflowError and "\u0666\u0660" was taken as 60 s in silence.
+    pending = tmp_path / "var/lib/aks-flex-node/join-pending"
+    pending.parent.mkdir(parents=True)
+    pending.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "DEBIAN_HAS_FRONTEND"}
+    env.update(DPKG_ROOT=str(tmp_path), AKS_FLEX_NODE_UNJOIN_TIMEOUT=value)
+    result = subprocess.run([sys.executable, "-m", "aks_flex_node.maintscript", "unjoin", "remove"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert f"AKS_FLEX_NODE_UNJOIN_TIMEOUT = {value!r}" in result.stderr
+    assert "the default 300 s" in result.stderr
+    assert not pending.exists()  # the leave went on: it cancelled the pending join
+    assert "Traceback" not in result.stderr
 
 
 def test_without_debconf_the_commands_say_where_they_belong(monkeypatch, capsys):
@@ -99,3 +124,47 @@ def test_render_config_speaks_debconf_with_this_interpreter(tmp_path):
     assert sb.path(sb_mod.SECRET).read_text() == "s3cr3t-value\n"
     assert sb.get("sp_client_secret") == ""
     assert not [p for p in sb.db_files() if b"s3cr3t-value" in p.read_bytes()]
+
+
+# ---- the files the maintainer scripts read ------------------------------------------------
+
+
+@pytest.mark.parametrize("make, text, required, expected", [
+    (lambda p: p.write_bytes(b"key = caf\xe9\n"), True, False, "not UTF-8 text (byte 0xe9 on line 1)"),
+    (lambda p: p.write_bytes(b"a\nb\0c"), True, False, "a binary file (a NUL byte at offset 3), not text"),
+    (lambda p: p.write_bytes(b"key = caf\xe9\n"), False, False, None),  # bytes are fine unless text
+    (lambda p: p.mkdir(), True, False, "a directory, not a file"),
+    (lambda p: p.symlink_to("/nonexistent/x"), True, False, "a symbolic link to /nonexistent/x, which does not exist"),
+    (lambda p: p.symlink_to(p.name), True, False, "it cannot be reached (Too many levels of symbolic links)"),
+    (lambda p: None, True, False, None),
+    (lambda p: None, True, True, "it does not exist"),
+    (lambda p: p.write_bytes(b" \n"), True, True, "it is empty"),
+    (lambda p: p.write_bytes("tenant_id = é\n".encode()), True, True, None),
+])
+def test_file_problem_says_why_a_file_cannot_be_read(tmp_path, make, text, required, expected):
+    (tmp_path / "etc").mkdir()
+    make(tmp_path / "etc" / "f")
+    problem, _data = node_files.file_problem(Host(tmp_path), "/etc/f", text=text, required=required)
+    assert problem == expected
+
+
+def test_a_file_where_a_directory_belongs_is_one_bad_file(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/aks-flex-node").write_text("x")
+    bad, text = node_files.config_problems(Host(tmp_path))
+    assert [(b.path, b.problem) for b in bad] == [("/etc/aks-flex-node", "a file, not a directory")]
+    assert text is None and "mv /etc/aks-flex-node /etc/aks-flex-node.bad" in bad[0].remedy
+
+
+def test_state_problems_read_the_ledger_and_status_as_the_library_does(tmp_path):
+    state = tmp_path / "var/lib/aks-flex-node"
+    state.mkdir(parents=True)
+    (state / "ledger.json").write_text("[]")
+    (state / "status.json").write_text("{not json")
+    (state / "join-pending").mkdir()
+    bad = {b.path: b for b in node_files.state_problems(Host(tmp_path))}
+    assert sorted(bad) == ["/var/lib/aks-flex-node/join-pending", "/var/lib/aks-flex-node/ledger.json",
+                           "/var/lib/aks-flex-node/status.json"]
+    assert bad["/var/lib/aks-flex-node/ledger.json"].problem.startswith("it is not a ledger")
+    assert bad["/var/lib/aks-flex-node/status.json"].problem.startswith("it is not JSON")
+    assert node_files.state_problems(Host(tmp_path / "empty")) == []

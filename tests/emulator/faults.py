@@ -5,8 +5,10 @@ A rule (POST /_emulator/faults takes a list):
                "server": "arm|entra|himds|apiserver|artifacts|any", "times": 2},
      "respond": {"status": 429, "headers": {"Retry-After": "1"}, "body": {...}}}
   or, instead of "respond": "drop": true (close the connection without answering),
-  "corrupt": true (answer normally but with a damaged body), or only "delay": seconds
-  (answer normally, late). "delay" combines with the others.
+  "corrupt": true (answer normally but with a damaged body), "truncate": N (answer normally,
+  announce the whole Content-Length, send only the first N bytes of the body, then close the
+  connection: a transfer cut short), or only "delay": seconds (answer normally, late).
+  "delay" combines with the others.
 `times` (default: unlimited) counts matches; a rule is removed once used up. Rules are
 tried in order; the first match wins. The admin API itself is never faulted.
 """
@@ -18,7 +20,7 @@ from tests.emulator.httpbase import Response
 
 SERVERS = ("any", "arm", "entra", "himds", "apiserver", "artifacts")
 _MATCH_KEYS = {"method", "path_regex", "query_regex", "server", "times"}
-_RULE_KEYS = {"match", "respond", "delay", "drop", "corrupt"}
+_RULE_KEYS = {"match", "respond", "delay", "drop", "corrupt", "truncate"}
 
 
 class FaultError(ValueError):
@@ -66,13 +68,18 @@ def validate(rules):
                                      and match["times"] > 0):
             problems.append(f"{at}.match.times = {match['times']!r}: expected a positive integer")
         actions = [k for k in ("respond", "drop", "corrupt") if rule.get(k) not in (None, False)]
+        if "truncate" in rule:  # 0 bytes is a truncation too (headers only)
+            actions.append("truncate")
         if len(actions) > 1:
             problems.append(f"{at}: {' and '.join(actions)} exclude each other; give one")
         if not actions and "delay" not in rule:
-            problems.append(f"{at}: nothing to do; expected one of respond, drop, corrupt, delay")
+            problems.append(f"{at}: nothing to do; expected one of respond, drop, corrupt, truncate, delay")
         if "delay" in rule and not (isinstance(rule["delay"], (int, float)) and not isinstance(rule["delay"], bool)
                                     and 0 <= rule["delay"] <= 300):
             problems.append(f"{at}.delay = {rule['delay']!r}: expected seconds between 0 and 300")
+        if "truncate" in rule and not (isinstance(rule["truncate"], int) and not isinstance(rule["truncate"], bool)
+                                       and rule["truncate"] >= 0):
+            problems.append(f"{at}.truncate = {rule['truncate']!r}: expected a number of bytes (0 or more) to send")
         for key in ("drop", "corrupt"):
             if key in rule and not isinstance(rule[key], bool):
                 problems.append(f"{at}.{key} = {rule[key]!r}: expected true or false")

@@ -68,6 +68,7 @@ class Response:
         self.status = status
         self.body = body if isinstance(body, bytes) else body.encode()
         self.headers = dict(headers or {})
+        self.truncate = None  # the "truncate" fault: send only this many bytes of the body
         if content_type and self.body:
             self.headers.setdefault("Content-Type", content_type)
 
@@ -127,6 +128,13 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
         if self.command != "HEAD":
+            if response.truncate is not None:
+                # A transfer cut short: the whole length announced, part of the body sent,
+                # then the connection closed (a proxy or mirror dying mid-download).
+                self.wfile.write(response.body[:response.truncate])
+                self.wfile.flush()
+                self.close_connection = True
+                return
             self.wfile.write(response.body)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch

@@ -194,6 +194,8 @@ class App:
                                                          "message": traceback.format_exc(limit=1)}})
         if rule is not None and rule.get("corrupt"):
             response.body = faults.corrupt(response.body)
+        if rule is not None and "truncate" in rule:
+            response.truncate = rule["truncate"]
         if req.kind == "arm":
             for key, value in arm.common_headers(req).items():
                 response.headers.setdefault(key, value)
@@ -222,6 +224,8 @@ class App:
 def _fault_name(rule):
     if rule is None:
         return None
+    if "truncate" in rule:
+        return "truncate"
     for key in ("respond", "corrupt", "drop"):
         if rule.get(key):
             return key

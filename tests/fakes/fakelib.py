@@ -2,8 +2,9 @@
 
 Each stand-in records its argv in $FAKE_STATE_DIR/calls.jsonl, honours a fault file
 $FAKE_STATE_DIR/fail-<command> (or fail-<command>-<verb>): exit 1 with its content on
-stderr, and keeps its state in a JSON file under $FAKE_STATE_DIR, changed under an flock so
-that concurrent steps do not lose updates. Paths on the node map to $FAKE_ROOT + path.
+stderr, honours $FAKE_STATE_DIR/noop-<command> where it says so (exit 0, nothing done:
+`does_nothing`), and keeps its state in a JSON file under $FAKE_STATE_DIR, changed under
+an flock so that concurrent steps do not lose updates. Paths on the node map to $FAKE_ROOT + path.
 """
 
 import contextlib
@@ -112,6 +113,15 @@ def check_fault(command, argv):
                 message = f.read()
             sys.stderr.write(message if message.endswith("\n") or not message else message + "\n")
             sys.exit(1)
+
+
+def does_nothing(command, argv):
+    """True when $FAKE_STATE_DIR/noop-<command>[-<verb>] exists: the stand-in then exits 0
+    having changed nothing (a modprobe that "succeeds" in a container, the module never
+    showing up), after recording the call."""
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    names = [f"noop-{command}"] + ([f"noop-{command}-{verb}"] if verb else [])
+    return any(os.path.exists(os.path.join(state_dir(), name)) for name in names)
 
 
 def begin(command, argv, secret_flags=()):

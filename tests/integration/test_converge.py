@@ -92,6 +92,36 @@ def test_preflight_failure_stops_bootstrap_before_any_change(node):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_preflight_says_what_it_cannot_tell(node):
+    """A container shows no /proc/modules and no /proc/swaps: preflight warns that it cannot
+    tell (issue 9, defect 9), and no longer calls the modules missing or swap off."""
+    proc, report = node.cli_json("preflight")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["swap"]["status"] == "warning"  # the prepared root has a swap file on
+    assert checks["kernel-modules"]["status"] == "warning" and "neither loaded" in checks["kernel-modules"]["message"]
+    os.remove(node.path("/proc/modules"))
+    os.remove(node.path("/proc/swaps"))
+    proc, report = node.cli_json("preflight")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert "cannot tell whether swap is on: /proc/swaps is absent" in checks["swap"]["message"]
+    assert "cannot tell whether kernel module(s) overlay, br_netfilter are loaded" in \
+        checks["kernel-modules"]["message"], checks["kernel-modules"]
+
+
+def test_preflight_exits_75_when_every_failure_may_pass_on_its_own(node):
+    """A dropped connection, twice, is not a configuration problem: `preflight` ends as a
+    bootstrap would, with 75 (try again later), and 3 once a definite failure is among them."""
+    node.emu.faults([{"match": {"server": "any"}, "drop": True}])  # preflight probes ARM's root
+    proc, report = node.cli_json("preflight")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert proc.returncode == 75, proc.stdout + proc.stderr
+    assert checks["azure-endpoints"]["status"] == "error" and checks["azure-endpoints"]["transient"]
+    os.remove(node.path("/sys/fs/cgroup/cgroup.controllers"))
+    proc, _report = node.cli_json("preflight")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    node.emu.clear_faults()
+
+
 def test_joined_elsewhere_is_refused(node):
     node.cli("bootstrap", check=True)
     config.write(None, {"cluster_resource_id": C.CLUSTER2_ID}, root=node.root)

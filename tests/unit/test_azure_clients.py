@@ -1,5 +1,6 @@
 """Client construction, retries and thread safety, with the real SDK clients against the emulator."""
 
+import dataclasses
 import socket
 import threading
 import time
@@ -7,12 +8,14 @@ import time
 import pytest
 
 from aks_flex_node.azure import aks, arc
-from aks_flex_node.azure.clients import Clients, proxies_for
+from aks_flex_node.azure import auth
+from aks_flex_node.azure.clients import Clients
 from aks_flex_node.clouds import CUSTOM, CloudEndpoints
 from aks_flex_node.errors import TemporaryError
+from aks_flex_node.http_policy import HttpPolicy
 from tests.emulator import constants as C
 from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import put_machine
+from tests.unit.test_azure_fixtures import put_machine, settings_for
 
 
 class ClusterRef:
@@ -123,15 +126,42 @@ def test_clients_from_a_config_object(fresh_emulator, endpoints, operator):
         assert aks.get_cluster(clients, ClusterRef).name == C.CLUSTER_NAME
 
 
-@pytest.mark.parametrize("url, proxy, no_proxy, expected", [
-    ("https://management.azure.com", "", "", None),
-    ("https://management.azure.com", "http://p:3128", "", {"https": "http://p:3128"}),
-    ("https://management.azure.com", "http://p:3128", ".azure.com,localhost", {}),
-    ("https://management.azure.com", "http://p:3128", ["example.org", "management.azure.com"], {}),
-    ("https://login.microsoftonline.com", "http://p:3128", ".azure.com", {"https": "http://p:3128"}),
-])
-def test_proxies_for(url, proxy, no_proxy, expected):
-    assert proxies_for(url, proxy, no_proxy) == expected
+def _dead_proxy():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_the_environment_proxy_is_not_used(fresh_emulator, endpoints, secret_file, monkeypatch):
+    """The config is the only source: a proxy in the process environment (an operator's
+    shell) changes nothing, for the credential and for the ARM clients alike."""
+    dead = _dead_proxy()
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, dead)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    operator = auth.credential(settings_for(endpoints, secret_file))
+    with Clients(endpoints, operator, polling_interval=0) as clients:
+        assert aks.get_cluster(clients, ClusterRef).name == C.CLUSTER_NAME
+
+
+def test_the_configured_proxy_carries_arm_and_entra_calls(fresh_emulator, endpoints, secret_file, no_proxy):
+    """A configured proxy is used even for loopback hosts (only no_proxy exempts a host):
+    with nothing listening there, both the token request and the ARM call fail as
+    unreachable; the same calls with the host in no_proxy go through."""
+    policy = HttpPolicy(https_proxy=_dead_proxy(), ca_bundle=endpoints.ca_bundle)
+    settings = dataclasses.replace(settings_for(endpoints, secret_file), policy=policy)
+    with pytest.raises(Exception) as caught:
+        auth.credential(settings).get_token(C.ARM_SCOPE)
+    assert "127.0.0.1" in str(caught.value) or "proxy" in str(caught.value).lower()
+    bypassed = HttpPolicy(https_proxy=policy.https_proxy, no_proxy=("127.0.0.0/8",), ca_bundle=endpoints.ca_bundle)
+    operator = auth.credential(dataclasses.replace(settings, policy=bypassed))
+    with Clients(endpoints, operator, policy, polling_interval=0, retry_total=1) as clients:
+        with pytest.raises(TemporaryError, match="cannot reach Azure"):
+            aks.get_cluster(clients, ClusterRef)
+    with Clients(endpoints, operator, bypassed, polling_interval=0) as clients:
+        assert clients.proxies == {}
+        assert aks.get_cluster(clients, ClusterRef).name == C.CLUSTER_NAME
 
 
 def test_empty_subscription_is_refused(azure_clients):

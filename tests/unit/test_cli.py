@@ -85,14 +85,30 @@ def test_phase_lines_on_a_tty_redraw_the_current_line():
     (["agent", "--cloud-interval", "-5"], "--cloud-interval"),
     (["status", "--wait", "--timeout", "0"], "--timeout"),
     (["bootstrap", "--wait-lock", "-1"], "--wait-lock"),
+    # float() takes these; sleeping on them fails later or never ends.
+    (["bootstrap", "--wait-lock", "\u0663"], "--wait-lock"),
+    (["bootstrap", "--wait-lock", "\uff15"], "--wait-lock"),
+    (["status", "--wait", "--timeout", "inf"], "--timeout"),
+    (["status", "--wait", "--timeout", "1e9"], "--timeout"),
+    (["agent", "--interval", "604801"], "--interval"),
 ])
 def test_seconds_options_refuse_what_would_busy_loop(argv, named, capsys):
-    """Issue 9, defect 7: `agent --interval 0` busy-looped."""
+    """Issue 9, defect 7: `agent --interval 0` busy-looped; Arabic-Indic or fullwidth
+    digits, inf and exponents passed float()."""
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert named in err and "expected a number of seconds" in err
 
 
-def test_an_empty_root_is_refused_not_taken_for_the_live_system(capsys):
-    assert cli.main(["status", "--root", ""]) == 2
-    assert "--root ''" in capsys.readouterr().err
+@pytest.mark.parametrize("argv,named", [
+    (["status", "--root", ""], "argument --root: ''"),
+    (["bootstrap", "--config", " "], "argument --config: ' '"),
+    (["config", "import", "x.json", "--output", ""], "argument --output: ''"),
+    (["config", "import", "x.json", "--secret-file", ""], "argument --secret-file: ''"),
+])
+def test_an_empty_path_is_refused_not_taken_for_the_default(argv, named, capsys):
+    """An unset shell variable in `--root "$ROOT"` must not mean the live system, nor an
+    empty --config or --output the default file."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert named in err and "expected a path" in err

@@ -50,7 +50,7 @@ BAD_VALUES = [
     ("himds_endpoint", "https://127.0.0.1:40342/metadata/identity/oauth2/token", "starting with http://"),
     ("himds_endpoint", "http://127.0.0.1:99999/x", "naming a host"),
     ("himds_key_dir", "var/opt/azcmagent/tokens", "an absolute path"),
-    ("azcmagent", "azcmagent --verbose", "a command name"),
+    ("azcmagent", "azcmagent --verbose", "without arguments"),
     ("cluster_resource_id", f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm",
      "an AKS cluster resource ID"),
     ("cluster_resource_id", "/subscriptions/not-a-guid/resourceGroups/rg/providers/"
@@ -234,7 +234,7 @@ def test_a_config_path_that_is_a_directory(root):
         config.load("/etc", root=str(root))
     (problem,) = excinfo.value.problems
     assert problem.key == "config file" and problem.value == str(root / "etc")
-    assert "a readable UTF-8 text file" in problem.expected
+    assert problem.expected == f"a regular file ({root / 'etc'} is not a regular file: it is a directory)"
 
 
 def test_a_file_that_is_not_utf8(root):
@@ -332,7 +332,9 @@ def test_a_secret_file_others_can_read_is_refused(root, mode):
     path = secret_file(root, mode=mode)
     problem = only_problem(root, sp(sp_client_secret_file=path), "sp_client_secret_file")
     assert problem.value == path
-    assert f"mode 0600, not {mode:04o}" in problem.expected and f"chmod 600 {path}" in problem.expected
+    # The command names the file where it is on this filesystem (under the root prefix).
+    assert f"mode 0600, not {mode:04o}" in problem.expected
+    assert problem.expected.endswith(f"chmod 600 {root / path.lstrip('/')}")
 
 
 def test_a_secret_file_gone_after_loading_is_a_config_error_when_read(root):
@@ -354,7 +356,7 @@ def test_a_secret_file_that_does_not_exist_is_looked_up_under_the_root(root):
 def test_a_secret_file_must_be_a_regular_non_empty_file(root):
     (root / "etc/aks-flex-node/dir").mkdir(parents=True)
     assert only_problem(root, sp(sp_client_secret_file="/etc/aks-flex-node/dir"),
-                        "sp_client_secret_file").expected == "a regular file"
+                        "sp_client_secret_file").expected == "a regular file (it is a directory)"
     empty = secret_file(root, content="", name="empty")
     assert only_problem(root, sp(sp_client_secret_file=empty),
                         "sp_client_secret_file").expected == "a file that is not empty"

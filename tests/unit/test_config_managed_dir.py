@@ -80,6 +80,18 @@ def test_an_existing_directory_with_our_tag_is_accepted(root):
     assert load(root, with_values(cache_dir="/srv/data")).cache_dir == "/srv/data"
 
 
+def test_a_cache_a_kill_left_untagged_is_accepted_and_an_empty_one_is_not(root):
+    """A run killed while tagging the cache it had just made leaves the directory with the
+    tag's temp file only: refusing it would stop every later run before the tag is written.
+    An empty directory is still refused: nothing says it is ours."""
+    (root / "srv/data").mkdir(parents=True)
+    assert "a directory aks-flex-node creates itself" in cache_dir_problem(root, "/srv/data").expected
+    (root / "srv/data" / f".{paths.CACHE_TAG_NAME}.4194999.k1ll3d_x.tmp").write_bytes(b"Signa")
+    assert load(root, with_values(cache_dir="/srv/data")).cache_dir == "/srv/data"
+    (root / "srv/data/report.pdf").write_text("the operator's")
+    assert cache_dir_problem(root, "/srv/data") is not None
+
+
 def test_another_programs_cache_tag_is_not_ours(root):
     # man-db tags /var/cache/man with the same signature line.
     (root / "srv/man").mkdir(parents=True)

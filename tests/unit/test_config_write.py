@@ -164,3 +164,17 @@ def test_writing_none_or_empty_resets_a_key_to_its_default(root):
     assert sh_read(conf_path(root), "max_pods") == ""
     cfg = config.load(root=str(root))
     assert (cfg.max_pods, cfg.log_level) == (110, "info")
+
+
+def test_directories_made_for_the_file_are_0755_whatever_the_umask(root):
+    """Under umask 0, pathlib's mkdir(parents=True) made /etc/aks-flex-node 0777: anyone
+    could then replace the file that names commands root runs."""
+    old = os.umask(0)
+    try:
+        config.write("/etc/deep/aks-flex-node/aks.conf", ANSWERS, root=str(root))
+    finally:
+        os.umask(old)
+    for directory in ("etc/deep", "etc/deep/aks-flex-node"):
+        assert stat.S_IMODE(os.stat(root / directory).st_mode) == 0o755, directory
+    assert stat.S_IMODE(os.stat(root / "etc/deep/aks-flex-node/aks.conf").st_mode) == 0o600
+    assert config.load("/etc/deep/aks-flex-node/aks.conf", root=str(root)).tenant_id == TENANT

@@ -24,6 +24,9 @@ class HimdsStandIn:
         self.body = body
         self.first_status = first_status
         self.requests = []
+        # Answers for the next requests, whatever they ask, before answering normally:
+        # (status, headers), "drop" (close the connection without a word) or None (answer).
+        self.faults = []
         standin = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -34,6 +37,13 @@ class HimdsStandIn:
                 parsed = urllib.parse.urlsplit(self.path)
                 query = dict(urllib.parse.parse_qsl(parsed.query))
                 standin.requests.append({"path": parsed.path, "query": query, "headers": dict(self.headers)})
+                fault = standin.faults.pop(0) if standin.faults else None
+                if fault is not None:
+                    if fault == "drop":
+                        self.close_connection = True
+                        return None
+                    status, headers = fault
+                    return self._reply(status, {"error": "fault", "error_description": f"fault {status}"}, headers)
                 auth = self.headers.get("Authorization")
                 if self.headers.get("Metadata") != "true":
                     return self._reply(400, {"error": "invalid_request", "error_description": "Metadata header"})
@@ -58,9 +68,11 @@ class HimdsStandIn:
                 }
                 return self._reply(200, body)
 
-            def _reply(self, status, payload):
+            def _reply(self, status, payload, headers=None):
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

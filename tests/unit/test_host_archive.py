@@ -7,6 +7,7 @@ import tarfile
 import pytest
 
 from aks_flex_node.host import ArchiveError, read_members
+from aks_flex_node.host.archive import list_members
 
 
 def make_tar(path, entries, mode="w:gz"):
@@ -124,3 +125,25 @@ def test_not_an_archive_missing_or_damaged(tmp_path):
     cut.write_bytes(good.read_bytes()[:50_000])
     with pytest.raises(ArchiveError, match="cut.tgz is damaged"):
         read_all(cut, lambda name: name)
+
+
+def test_list_members_names_what_read_members_would_write_without_its_content(tmp_path):
+    archive = make_tar(tmp_path / "kubernetes-node.tar.gz", KUBE_NODE)
+    wanted = every_file_below("kubernetes/node/bin/")
+    assert list_members(archive, wanted) == [
+        ("kubernetes/node/bin/kubelet", "kubelet"), ("kubernetes/node/bin/kubeadm", "kubeadm")]
+    assert list_members(archive, wanted) == [(m, d) for m, d, _ in read_all(archive, wanted)]
+
+
+def test_list_members_refuses_what_read_members_refuses(tmp_path):
+    linked = make_tar(tmp_path / "link.tgz", [("bin/runc", tarfile.SYMTYPE, "/usr/bin/runc")])
+    with pytest.raises(ArchiveError, match="bin/runc is a symlink to '/usr/bin/runc'"):
+        list_members(linked, lambda name: "runc")
+    climbing = make_tar(tmp_path / "climb.tgz", [("../etc/passwd", b"x")])
+    with pytest.raises(ArchiveError, match="climbs out"):
+        list_members(climbing, lambda name: name)
+    whole = make_tar(tmp_path / "whole.tgz", [("a", b"x" * 4096), ("b", b"y" * 4096)])
+    damaged = tmp_path / "damaged.tgz"
+    damaged.write_bytes(whole.read_bytes()[:40])
+    with pytest.raises(ArchiveError, match="cannot read archive .*damaged.tgz"):  # was a bare EOFError
+        list_members(damaged, lambda name: name)

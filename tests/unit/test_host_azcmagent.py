@@ -156,3 +156,77 @@ def test_failing_show_is_an_error_not_a_disconnected_agent(fake_host, agent):
     fake_host.fail("azcmagent", "FATAL   cannot read /var/opt/azcmagent/agentconfig.json", verb="show")
     with pytest.raises(CommandError, match="agentconfig.json"):
         agent.show()
+
+
+# ---- token files a killed run left behind (kill -9 skips the `finally`) ------------------
+
+
+def _leftover(fake_host, name, content=b'{"access-token": "emuat.leftover"}'):
+    run_dir = fake_host.path(paths.RUN_DIR)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / name
+    path.write_bytes(content)
+    path.chmod(0o600)
+    return path
+
+
+def test_leftover_token_files_are_removed_before_the_next_run(fake_host, agent, arm_token, tmp_path):
+    ours = [_leftover(fake_host, f"azcmagent-{'a' * 32}.json"), _leftover(fake_host, f"azcmagent-{'b' * 32}.json")]
+    # Not ours by name, or not a regular file: left alone, and a link is never followed.
+    other = _leftover(fake_host, "azcmagent-notours.json")
+    elsewhere = tmp_path / "precious.json"
+    elsewhere.write_text("keep")
+    link = fake_host.path(paths.RUN_DIR) / f"azcmagent-{'c' * 32}.json"
+    link.symlink_to(elsewhere)
+    directory = fake_host.path(paths.RUN_DIR) / f"azcmagent-{'d' * 32}.json"
+    directory.mkdir()
+    assert agent.leftover_config_files() == [f"{paths.RUN_DIR}/{p.name}" for p in ours]
+
+    agent.connect(SETTINGS, arm_token)  # the first run of this Azcmagent sweeps first
+    assert not any(p.exists() for p in ours)
+    assert other.exists() and link.is_symlink() and elsewhere.read_text() == "keep" and directory.is_dir()
+    assert sorted(run_dir_entries(fake_host)) == sorted([other.name, link.name, directory.name])
+
+
+def test_leftovers_through_a_symlinked_run_dir_are_not_touched(fake_host, tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / f"azcmagent-{'e' * 32}.json").write_text("{}")
+    run_dir = fake_host.path(paths.RUN_DIR)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.symlink_to(target)
+    agent = Azcmagent(Host(fake_host.root, env=fake_host.env))
+    assert agent.leftover_config_files() == []
+    assert agent.remove_leftover_config_files() == []
+    assert (target / f"azcmagent-{'e' * 32}.json").exists()
+
+
+# ---- the agent's own proxy settings ------------------------------------------------------
+
+
+def test_config_set_get_clear_round_trip(fake_host, agent):
+    assert agent.config_get("proxy.url") == ""
+    agent.config_set("proxy.url", "http://proxy.example:3128")
+    agent.config_set("proxy.bypass", "ARM,Arc")
+    assert agent.config_get("proxy.url") == "http://proxy.example:3128"
+    assert agent.config_get("proxy.bypass") == "ARM,Arc"
+    assert fake_host.fake_state("azcmagent-config.json") == {
+        "proxy.url": "http://proxy.example:3128", "proxy.bypass": "ARM,Arc"}
+    agent.config_clear("proxy.url")
+    assert agent.config_get("proxy.url") == ""
+    assert ["azcmagent", "config", "get", "proxy.url", "-j"] in fake_host.calls("azcmagent")
+
+
+@pytest.mark.parametrize("stdout, expected", [
+    ('{"proxy.url": "http://p:3128"}', "http://p:3128"),
+    ('"http://p:3128"', "http://p:3128"),
+    ("proxy.url : http://p:3128\n", "http://p:3128"),
+    ("http://p:3128\n", "http://p:3128"),
+    ('{"proxy.bypass": ["ARM", "Arc"]}', "ARM,Arc"),
+    ("", ""),
+])
+def test_config_get_reads_the_output_leniently(stdout, expected):
+    from aks_flex_node.host.azcmagent import _config_value
+
+    prop = "proxy.bypass" if "bypass" in stdout else "proxy.url"
+    assert _config_value(stdout, prop) == expected

@@ -25,9 +25,9 @@ from aks_flex_node.host import (
     DownloadError,
     Downloader,
     DownloadUnavailable,
-    Host,
 )
 from aks_flex_node.host.download import parse_checksums
+from aks_flex_node.http_policy import HttpPolicy
 
 
 def sha(data):
@@ -126,10 +126,9 @@ def cache(tmp_path):
     return tmp_path / "root" / "var/cache/aks-flex-node"
 
 
-def downloader(cache, **kw):
-    kw.setdefault("env", {})
+def downloader(cache, proxy=None, no_proxy=(), ca_bundle=None, **kw):
     kw.setdefault("backoff", 0.01)
-    return Downloader(cache, **kw)
+    return Downloader(cache, policy=HttpPolicy(https_proxy=proxy, no_proxy=no_proxy, ca_bundle=ca_bundle), **kw)
 
 
 def closed_port():
@@ -261,7 +260,7 @@ def test_bad_arguments_are_rejected(cache, tmp_path):
         d.fetch("https://example.invalid/x", "abc")
     with pytest.raises(ValueError, match="url = 'ftp://h/x': expected an http:// or https://"):
         d.fetch("ftp://h/x", "0" * 64)
-    with pytest.raises(ValueError, match="proxy = 'proxy:3128': expected an http"):
+    with pytest.raises(ValueError, match="https_proxy = 'proxy:3128': expected an http"):
         downloader(cache, proxy="proxy:3128")
     with pytest.raises(ValueError, match="ca_bundle = .*nope.pem.*: expected a PEM file"):
         downloader(cache, ca_bundle=str(tmp_path / "nope.pem"))
@@ -290,24 +289,11 @@ def test_proxy_argument_carries_the_request(server, cache, no_proxy_in_process_e
     assert server.requests == [("/pkg.tgz", True, server.requests[0][2])]
 
 
-def test_proxy_from_environment_and_no_proxy(server, cache, no_proxy_in_process_env):
-    body = b"env proxy"
+def test_no_proxy_sends_a_host_direct(server, cache, no_proxy_in_process_env):
+    body = b"direct"
     server.serve("/a", body)
-    d = downloader(cache, env={"HTTP_PROXY": server.origin})
-    d.fetch("http://mirror.example.invalid/a", sha(body))
-    assert server.requests[-1][:2] == ("/a", True)
     dead_proxy = f"http://127.0.0.1:{closed_port()}"
-    # The lower-case spelling wins over the upper-case one, as with curl.
-    both = downloader(cache / "1", env={"HTTP_PROXY": dead_proxy, "http_proxy": server.origin})
-    both.fetch("http://mirror.example.invalid/a", sha(body))
-    assert server.requests[-1][:2] == ("/a", True)
-    dead_proxy = f"http://127.0.0.1:{closed_port()}"
-    direct = downloader(cache / "2",
-                        env={"http_proxy": dead_proxy, "no_proxy": "localhost,127.0.0.1"})
-    direct.fetch(server.origin + "/a", sha(body))
-    assert server.requests[-1][:2] == ("/a", False)
-    # no_proxy applies to the proxy argument too.
-    downloader(cache / "3", proxy=dead_proxy, env={"NO_PROXY": "127.0.0.1"}).fetch(
+    downloader(cache, proxy=dead_proxy, no_proxy=("localhost", "127.0.0.1")).fetch(
         server.origin + "/a", sha(body))
     assert server.requests[-1][:2] == ("/a", False)
 
@@ -409,15 +395,59 @@ def test_parse_checksums_errors(text, expected):
 
 
 def test_checksum_fetches_parses_and_falls_back_to_its_cached_copy(server, cache, caplog):
-    sums = f"{HEX_A}  containerd-1.7.tar.gz\n".encode()
+    body = b"containerd release"
+    sums = f"{sha(body)}  containerd-1.7.tar.gz\n".encode()
     url = server.serve("/containerd-1.7.tar.gz.sha256sum", sums)
-    assert downloader(cache).checksum(url, "containerd-1.7.tar.gz") == HEX_A
+    artifact = server.serve("/containerd-1.7.tar.gz", body)
+    d = downloader(cache)
+    assert d.checksum(url, "containerd-1.7.tar.gz") == sha(body)
+    d.fetch(artifact, sha(body))  # the artifact verifies against it: the copy is kept
     server.serve("/containerd-1.7.tar.gz.sha256sum", status=503)  # the mirror goes down
-    assert downloader(cache, attempts=2).checksum(url, "containerd-1.7.tar.gz") == HEX_A
+    assert downloader(cache, attempts=2).checksum(url, "containerd-1.7.tar.gz") == sha(body)
     assert "unreachable; using the copy cached" in caplog.text
     other = server.serve("/never-fetched.sha256", status=503)
     with pytest.raises(DownloadUnavailable, match="never-fetched"):
         downloader(cache, attempts=1).checksum(other, "x")
+
+
+def cached_checksums(cache):
+    return sorted(p.name for p in cache.glob("checksums-*")) if cache.is_dir() else []
+
+
+def test_a_checksum_file_is_cached_only_once_an_artifact_verifies_against_it(server, cache):
+    body = b"runc binary"
+    wrong = f"{HEX_A}  runc\n".encode()  # names another digest: a bad mirror, a wrong release
+    sums = server.serve("/runc.sha256", wrong)
+    artifact = server.serve("/runc", body)
+    d = downloader(cache)
+    digest = d.checksum(sums, "runc")
+    assert digest == HEX_A and cached_checksums(cache) == [], "cached before any artifact matched it"
+    with pytest.raises(ChecksumMismatch):
+        d.fetch(artifact, digest)
+    assert cached_checksums(cache) == []
+    # Offline now: the bad checksum file was never kept, so it cannot be used again.
+    server.serve("/runc.sha256", status=503)
+    with pytest.raises(DownloadUnavailable, match="runc.sha256"):
+        downloader(cache, attempts=1).checksum(sums, "runc")
+    # The mirror is fixed: its checksum file is kept once the artifact matches it.
+    server.serve("/runc.sha256", f"{sha(body)}  runc\n".encode())
+    d.fetch(artifact, d.checksum(sums, "runc"))
+    assert len(cached_checksums(cache)) == 1
+
+
+def test_a_cached_checksum_file_the_artifact_does_not_match_is_removed(server, cache):
+    """A copy cached by an older release (which kept it before verifying) and found wrong."""
+    sums = server.serve("/cni.sha256", status=503)
+    artifact = server.serve("/cni.tgz", b"cni plugins")
+    key = hashlib.sha256(sums.encode()).hexdigest()[:16]
+    cache.mkdir(parents=True)
+    (cache / f"checksums-{key}-cni.sha256").write_bytes(f"{HEX_B}  cni.tgz\n".encode())
+    d = downloader(cache, attempts=1)
+    digest = d.checksum(sums, "cni.tgz")
+    assert digest == HEX_B
+    with pytest.raises(ChecksumMismatch):
+        d.fetch(artifact, digest)
+    assert cached_checksums(cache) == []
 
 
 def test_checksum_file_that_is_not_text_or_too_big(server, cache):
@@ -429,12 +459,38 @@ def test_checksum_file_that_is_not_text_or_too_big(server, cache):
         downloader(cache).checksum(url, "x")
 
 
-def test_host_downloader_caches_under_the_root_and_uses_host_env(server, tmp_path,
-                                                                  no_proxy_in_process_env):
-    body = b"through host"
-    server.serve("/h", body)
-    host = Host(root=tmp_path / "img", env={"http_proxy": server.origin})
-    d = host.downloader("/var/cache/aks-flex-node")
-    path = d.fetch("http://m.example.invalid/h", sha(body))
-    assert path == host.path(f"/var/cache/aks-flex-node/{sha(body)}-h")
-    assert server.requests[-1][:2] == ("/h", True)
+def test_the_run_policy_decides_and_the_environment_is_ignored(server, cache, monkeypatch):
+    body = b"policy"
+    server.serve("/p", body)
+    dead_proxy = f"http://127.0.0.1:{closed_port()}"
+    # The process environment says "dead proxy": a downloader with a policy does not read it.
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, dead_proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    through = Downloader(cache, policy=HttpPolicy(https_proxy=server.origin), backoff=0.01)
+    through.fetch("http://mirror.example.invalid/p", sha(body))
+    assert server.requests[-1][:2] == ("/p", True)
+    # A CIDR in no_proxy (which urllib alone does not understand) makes it direct.
+    direct = Downloader(cache / "2", policy=HttpPolicy(https_proxy=dead_proxy, no_proxy=("127.0.0.0/8",)),
+                        backoff=0.01)
+    direct.fetch(server.origin + "/p", sha(body))
+    assert server.requests[-1][:2] == ("/p", False)
+
+
+def test_a_bad_proxy_is_reported_without_its_password(cache):
+    with pytest.raises(ValueError) as caught:
+        downloader(cache, proxy="user:s3cret@proxy:3128")
+    assert "s3cret" not in str(caught.value) and "***@proxy:3128" in str(caught.value)
+
+
+def test_a_partial_download_a_killed_run_left_is_removed_and_a_live_one_kept(server, cache):
+    url = server.serve("/kubernetes-node.tar.gz", b"node binaries")
+    cache.mkdir(parents=True)
+    dead = cache / ".download-4194999.k1ll3d_x.part"  # above any pid_max: no such process
+    live = cache / f".download-{os.getpid()}.inflight.part"  # another thread of this run
+    for part in (dead, live):
+        part.write_bytes(b"half a tarball")
+    downloader(cache).fetch(url, sha(b"node binaries"))
+    assert not dead.exists() and live.exists()
+    assert sorted(p.name for p in cache.iterdir() if p.name.endswith(".part")) == [live.name]

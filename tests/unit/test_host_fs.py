@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -208,6 +209,70 @@ def test_failed_write_leaves_no_temp_file_and_old_content(tmp_path):
     assert os.listdir(target.parent) == ["big"]
 
 
+def _dead_pid():
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_writers_temp_file_goes_with_the_next_write_or_removal(host):
+    """kill -9 mid-write skips the writer's cleanup: its `.<name>.<pid>.<random>.tmp` stayed
+    for good, and kept unbootstrap from removing the directory (issue 9's fault matrix)."""
+    etc = host.path("/etc")
+    os.makedirs(etc)
+    dead = f".conf.{_dead_pid()}.k1ll3d_x.tmp"
+    live = f".conf.{os.getpid()}.w0rk1ng_.tmp"  # a writer still at work keeps its temp
+    other = ".conf.notours.tmp"                  # not our pattern: someone else's
+    for name in (dead, live, other):
+        Path(etc, name).write_bytes(b"half")
+    host.write_file("/etc/conf", b"whole\n")
+    assert sorted(leftovers(etc)) == sorted([live, other])
+    assert host.read_bytes("/etc/conf") == b"whole\n"
+    Path(etc, dead).write_bytes(b"half")
+    assert host.remove("/etc/conf") is True
+    assert sorted(leftovers(etc)) == sorted([live, other])
+    # The file already gone (killed before its first rename): the removal still sweeps.
+    Path(etc, dead).write_bytes(b"half")
+    assert host.remove("/etc/conf") is False
+    assert sorted(leftovers(etc)) == sorted([live, other])
+
+
+def test_a_writer_killed_mid_write_leaves_a_temp_the_next_write_removes(tmp_path):
+    target = tmp_path / "etc" / "big"
+    target.parent.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from aks_flex_node.host import fs
+        fs.write_file({str(target)!r}, b"x" * (64 << 20))
+    """)], cwd=REPO, env={"PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 30
+    while not [n for n in os.listdir(target.parent) if n.endswith(".tmp")]:
+        assert child.poll() is None and time.monotonic() < deadline, "the write ended before the kill"
+        time.sleep(0.001)
+    child.kill()
+    child.wait()
+    temps = [n for n in os.listdir(target.parent) if n.endswith(".tmp")]
+    assert temps and temps[0].startswith(f".big.{child.pid}."), temps
+    from aks_flex_node.host import fs
+    assert fs.write_file(str(target), b"small") in ("created", "content")
+    assert os.listdir(target.parent) == ["big"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+def test_a_read_only_filesystem_is_an_error_naming_the_file(tmp_path):
+    """The temp file's creation and the directory's fsync were outside the error handling:
+    a read-only or full filesystem ended in "internal error: OSError"."""
+    from aks_flex_node.host import fs
+
+    target = tmp_path / "ro"
+    target.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(target)], check=True)
+    try:
+        with pytest.raises(HostFileError, match=f"cannot write {target}/f: Read-only file system"):
+            fs.write_file(str(target / "f"), b"x")
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
 def test_concurrent_writes_leave_one_whole_file(host):
     contents = [bytes([65 + i]) * 100_000 for i in range(8)]
     threads = [threading.Thread(target=host.write_file, args=("/etc/race", c)) for c in contents]
@@ -304,3 +369,20 @@ def test_read_and_exists(host):
     assert host.is_dir("/etc") and not host.is_dir("/etc/x")
     with pytest.raises(HostFileError, match="cannot read .*/etc"):
         host.read_bytes("/etc")
+
+
+def test_under_umask_0_directories_and_files_get_exactly_their_modes(host):
+    """Directories we create never inherit a loose umask: mkdir's mode is only ever masked
+    down, and the chmod after it sets exactly what was asked."""
+    old = os.umask(0)
+    try:
+        assert host.write_file("/etc/loose/a/secret", b"s\n", 0o600) == "created"
+        assert host.write_file("/etc/loose/b/public", b"p\n", 0o644) == "created"
+        assert host.ensure_dir("/var/lib/loose/private", 0o700) == "created"
+        assert host.ensure_dir("/var/lib/loose/shared") == "created"
+    finally:
+        os.umask(old)
+    expected = {"/etc/loose": 0o755, "/etc/loose/a": 0o755, "/etc/loose/a/secret": 0o600,
+                "/etc/loose/b/public": 0o644, "/var/lib/loose": 0o755,
+                "/var/lib/loose/private": 0o700, "/var/lib/loose/shared": 0o755}
+    assert {p: mode_of(host.path(p)) for p in expected} == expected

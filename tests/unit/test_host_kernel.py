@@ -1,8 +1,11 @@
 """Kernel: /proc files under a temp root, modprobe/sysctl/swapoff stand-ins, fstab editing."""
 
+import os
+
 import pytest
 
 from aks_flex_node.host import HOST_BIN_ENV, CommandError, Host, comment_out_swap
+from aks_flex_node.host.kernel import Unknown
 
 RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> "$CALLS"\n'
 
@@ -44,28 +47,71 @@ def test_modprobe_failure_is_an_error(node):
         node.kernel.load_module("nosuch")
 
 
-def test_modules_loaded_reads_proc_modules_under_the_root(node):
-    assert node.kernel.modules_loaded() == set()  # no /proc/modules in an image
+def test_loaded_modules_reads_proc_modules_under_the_root(node):
     node.write_file("/proc/modules", (
         b"br_netfilter 32768 0 - Live 0x0000000000000000\n"
         b"bridge 307200 1 br_netfilter, Live 0x0000000000000000\n"
         b"overlay 151552 0 - Live 0x0000000000000000\n"))
-    assert node.kernel.modules_loaded() == {"br_netfilter", "bridge", "overlay"}
-    assert node.kernel.is_module_loaded("br-netfilter")
-    assert not node.kernel.is_module_loaded("nf_conntrack")
+    assert node.kernel.loaded_modules() == {"br_netfilter", "bridge", "overlay"}
+    assert node.kernel.module_loaded("br-netfilter") is True
+    assert node.kernel.module_loaded("nf_conntrack") is False
 
 
-@pytest.mark.parametrize("content, active", [
-    (None, False),
+def test_no_proc_modules_is_unknown_not_unloaded(node):
+    """Issue 9, defect 9: with no /proc/modules every module read as "not loaded", so the
+    agent loaded br_netfilter and reported a repair once a minute for good."""
+    loaded = node.kernel.module_loaded("br_netfilter")
+    assert isinstance(loaded, Unknown)
+    assert loaded.reason == ("/proc/modules is absent (a container or an image build), "
+                             "and so is /sys/module/br_netfilter")
+    assert isinstance(node.kernel.loaded_modules(), Unknown)
+    with pytest.raises(TypeError, match="neither true nor false"):
+        bool(loaded)  # no caller can take it for "not loaded"
+    # An empty /proc/modules is known: nothing loadable is loaded (all built in).
+    node.write_file("/proc/modules", b"")
+    assert node.kernel.loaded_modules() == set()
+    assert node.kernel.module_loaded("br_netfilter") is False
+
+
+def test_a_module_seen_in_sys_module_or_modules_builtin_is_loaded(node):
+    node.ensure_dir("/sys/module/overlay")
+    assert node.kernel.module_loaded("overlay") is True  # no /proc/modules needed
+    release = os.uname().release
+    node.ensure_dir(f"/lib/modules/{release}")
+    node.write_file(f"/lib/modules/{release}/modules.builtin",
+                    b"kernel/net/bridge/br_netfilter.ko\nkernel/fs/fuse/fuse.ko\n")
+    node.write_file("/proc/modules", b"ext4 999424 1 - Live 0x0000000000000000\n")
+    assert node.kernel.module_loaded("br_netfilter") is True  # built in: no /sys/module entry
+    assert node.kernel.module_loaded("ip_vs") is False
+
+
+def test_sysctl_reads_proc_sys_or_says_why_it_cannot(node):
+    image = node.kernel.sysctl("net.ipv4.ip_forward")
+    assert isinstance(image, Unknown) and image.reason.startswith("/proc/sys is absent")
+    node.write_file("/proc/sys/net/ipv4/ip_forward", b"1\n")
+    assert node.kernel.sysctl("net.ipv4.ip_forward") == "1"
+    missing = node.kernel.sysctl("net.bridge.bridge-nf-call-iptables")
+    assert isinstance(missing, Unknown)
+    assert missing.reason.startswith("/proc/sys/net/bridge/bridge-nf-call-iptables does not exist")
+    with pytest.raises(ValueError, match="sysctl key = '../x': expected"):
+        node.kernel.sysctl("../x")
+
+
+@pytest.mark.parametrize("content, on", [
+    (None, None),
     (b"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n", False),
     (b"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n\n", False),
     (b"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
      b"/swap.img                               file\t\t4194300\t\t0\t\t-2\n", True),
 ])
-def test_swap_active_reads_proc_swaps(node, content, active):
+def test_swap_reads_proc_swaps(node, content, on):
     if content is not None:
         node.write_file("/proc/swaps", content)
-    assert node.kernel.swap_active() is active
+    state = node.kernel.swap_on()
+    if on is None:
+        assert isinstance(state, Unknown) and "/proc/swaps is absent" in state.reason
+    else:
+        assert state is on
 
 
 UBUNTU_FSTAB = """\

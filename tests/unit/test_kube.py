@@ -237,3 +237,28 @@ def test_bad_inputs_name_the_field(apiserver):
         kube.KubeClient(apiserver.url, b"not a cert", lambda: "t")
     with pytest.raises(kube.KubeError, match="node name = 'a/b'"):
         client(apiserver).get_node("a/b")
+
+
+def test_the_run_policy_decides_the_proxy_for_the_apiserver(apiserver, monkeypatch):
+    """The policy's proxy is used (nothing listens there: unreachable); with the host in
+    no_proxy the call is direct; the environment's proxy variables are never read."""
+    import socket
+
+    from aks_flex_node.errors import TemporaryError
+    from aks_flex_node.http_policy import HttpPolicy
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    apiserver.add_node("n1", ready=True)
+    proxied = kube.KubeClient(apiserver.url, apiserver.ca_pem, lambda: "good", timeout=5,
+                              policy=HttpPolicy(https_proxy=dead))
+    with pytest.raises(TemporaryError, match="cannot reach the apiserver"):
+        proxied.get_node("n1")
+    monkeypatch.setenv("https_proxy", dead)
+    monkeypatch.setenv("HTTPS_PROXY", dead)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    direct = kube.KubeClient(apiserver.url, apiserver.ca_pem, lambda: "good", timeout=5,
+                             policy=HttpPolicy(https_proxy=dead, no_proxy=("127.0.0.0/8",)))
+    assert direct.get_node("n1")["metadata"]["name"] == "n1"

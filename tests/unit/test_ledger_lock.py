@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
+from aks_flex_node import lifecycle
 from aks_flex_node.engine.ledger import Ledger
-from aks_flex_node.engine.lock import RunLock
+from aks_flex_node.engine.lock import RunLock, StateWriteError
 from aks_flex_node.engine.status import StatusFile
 from aks_flex_node.errors import FlexNodeError, LockHeldError
 from aks_flex_node.host import Host
@@ -103,3 +104,86 @@ def test_a_ledger_that_does_not_parse_is_named(tmp_path):
     with pytest.raises(FlexNodeError) as err:
         Ledger(host)
     assert LEDGER_PATH in err.value.message and "mv" in err.value.remedy
+
+
+# ---- writes of the run's own state on a full or read-only disk ------------------------
+
+
+@pytest.fixture
+def state_mount(tmp_path):
+    """mount(options): a small tmpfs at <root>/var/lib/aks-flex-node (0700, as runs make
+    it); "full" fills it to the last byte. Unmounted at the end."""
+    state = tmp_path / "var/lib/aks-flex-node"
+    state.mkdir(parents=True)
+    mounted = []
+
+    def mount(options, full=False):
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,mode=0700,{options}", "tmpfs",
+                               str(state)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"mounting a tmpfs is not permitted here: {done.stderr.decode().strip()}")
+        mounted.append(state)
+        if full:
+            with open(state / "filler", "wb") as f:
+                try:
+                    f.write(b"x" * (1 << 20))
+                    f.flush()
+                except OSError:
+                    pass
+        return state
+
+    yield mount
+    for target in mounted:
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def test_a_full_disk_stops_the_lock_with_the_file_named(host, state_mount):
+    # Fault matrix, "ENOSPC: /var/lib full": an unguarded pwrite ended in "internal error:
+    # OSError: [Errno 28]" naming no file.
+    state = state_mount("rw", full=True)
+    with pytest.raises(StateWriteError) as caught:
+        with RunLock(host, "bootstrap"):
+            pass
+    err = caught.value
+    assert err.exit_code == 1
+    assert err.message == f"cannot write {state}/lock: No space left on device"
+    assert err.remedy.startswith(f"free space on the file system holding {state}")
+    # Nothing holds the lock afterwards: a run can take it once there is room.
+    os.remove(state / "filler")
+    with RunLock(host, "bootstrap"):
+        pass
+
+
+@pytest.mark.parametrize("write", ["ledger", "status", "complete"])
+def test_a_full_disk_names_the_state_file_and_what_to_do(host, state_mount, write):
+    # (The pending mark is empty: it still fits on a full disk.)
+    state = state_mount("rw", full=True)
+    name = {"ledger": "ledger.json", "status": "status.json", "complete": "provision.complete"}[write]
+    with pytest.raises(StateWriteError) as caught:
+        if write == "ledger":
+            Ledger(host).record("kubelet", "file", "/etc/x")
+        elif write == "status":
+            StatusFile(host).write({"state": "running"})
+        else:
+            StatusFile(host).complete()
+    assert f"cannot write {state}/{name}: No space left on device" in caught.value.message
+    assert caught.value.remedy.startswith(f"free space on the file system holding {state}")
+    assert sorted(os.listdir(state)) == ["filler"]  # no half-written file, no temp file
+
+
+@pytest.mark.parametrize("write", ["lock", "ledger", "status", "pending"])
+def test_a_read_only_state_dir_is_named_with_what_to_do(host, state_mount, write):
+    # On a read-only file system the temp file of an atomic write cannot even be created:
+    # that OSError came out raw ("internal error") for the ledger, status.json and the mark.
+    state = state_mount("ro")
+    with pytest.raises(StateWriteError) as caught:
+        if write == "lock":
+            RunLock(host, "bootstrap").__enter__()
+        elif write == "ledger":
+            Ledger(host).set_joined(cluster_resource_id="/c/1")
+        elif write == "status":
+            StatusFile(host).write({"state": "running"})
+        else:
+            lifecycle.mark_pending(host)
+    assert str(state) in caught.value.message and "Read-only file system" in caught.value.message
+    assert "remount it read-write" in caught.value.remedy

@@ -22,6 +22,19 @@ def test_the_pending_mark_round_trip(tmp_path):
     assert lifecycle.clear_pending(host) is False
 
 
+def test_a_leave_goes_on_past_a_pending_mark_it_cannot_remove(tmp_path, caplog):
+    # A directory with content where the mark belongs: host.remove refuses it (no
+    # recursive delete), and that must not stop prerm's unjoin before it reads the ledger.
+    mark = tmp_path / "var/lib/aks-flex-node/join-pending"
+    mark.mkdir(parents=True)
+    (mark / "keep").write_text("x")
+    with caplog.at_level("WARNING", logger="aks_flex_node"):
+        assert lifecycle.leave(Host(tmp_path)) is None  # not joined: nothing to undo
+    assert "the pending join is not cancelled" in caplog.text
+    assert "/var/lib/aks-flex-node/join-pending" in caplog.text
+    assert (mark / "keep").read_text() == "x"
+
+
 def test_a_leave_names_the_cluster_or_lists_what_is_left():
     summary = {"machine_name": "node-1", "cluster_resource_id": CLUSTER, "kept": []}
     out = io.StringIO()

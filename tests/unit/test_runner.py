@@ -217,3 +217,56 @@ def test_a_step_that_does_not_apply_is_not_checked(rec):
     assert names(rec, "check") == []
     rn.Runner([CloudRead()], ctx()).run()
     assert names(rec, "check") == ["cloud-read"]
+
+
+class Unseeable(Step):
+    """A step that cannot observe one setting and fixes another that never stays fixed."""
+
+    name = "system"
+
+    def __init__(self):
+        self.applied = 0
+
+    def check(self, ctx):
+        plan = Plan(noop_reason="fine")
+        plan.add_unknown("kernel module br_netfilter", "/proc/modules is absent")
+        plan.add("load kernel module overlay", "it is not loaded", self.apply)
+        return plan
+
+    def apply(self):
+        self.applied += 1
+
+
+def test_what_a_step_cannot_observe_is_on_its_phase_not_a_change():
+    class OnlyUnknown(Step):
+        name = "system"
+
+        def check(self, ctx):
+            plan = Plan(noop_reason="swap off")
+            plan.add_unknown("kernel module br_netfilter", "/proc/modules is absent")
+            return plan
+
+    [phase] = rn.Runner([OnlyUnknown()], ctx()).run().phases
+    assert phase.status == rn.UNCHANGED and phase.changes == []
+    assert phase.unknown == [{"what": "kernel module br_netfilter", "reason": "/proc/modules is absent"}]
+    assert phase.message == "swap off; cannot tell: kernel module br_netfilter (/proc/modules is absent)"
+    assert phase.to_dict()["unknown"] == phase.unknown
+
+
+def test_a_repair_needed_again_right_after_it_was_applied_fails():
+    """Issue 9, defect 9: the agent repaired the same thing every pass in silence."""
+    step = Unseeable()
+    first = rn.Runner([step], ctx()).run()
+    assert first.ok and step.applied == 1
+    assert first.applied == {("system", "load kernel module overlay")}
+    second = rn.Runner([step], ctx(), recent_repairs=first.applied).run()
+    assert not second.ok and step.applied == 1, "not applied again"
+    [phase] = second.phases
+    assert phase.status == rn.FAILED and isinstance(phase.error, rn.RepairDidNotStick)
+    assert phase.message == ("repair did not stick: load kernel module overlay (it is not loaded): "
+                             "applied on the previous pass and needed again now")
+    assert phase.error.remedy and phase.unknown  # what it could not see is still said
+    assert second.applied == frozenset()
+    # The pass after the failure tries once more.
+    third = rn.Runner([step], ctx(), recent_repairs=second.applied).run()
+    assert third.ok and step.applied == 2

@@ -192,7 +192,7 @@ def test_cli_entry_point_imports_neither_the_sdk_nor_validate(node):
     assert json.loads(done.stdout)["kind"] == "ExecCredential"
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not {m for m in imported if m == "azure" or m.startswith("azure.")}
-    assert "validate" not in imported and "yaml" not in imported
+    assert not {"validate", "configobj.validate", "aks_flex_node.config", "yaml"} & imported
 
 
 def test_a_cache_in_the_way_does_not_stop_the_token(node, capsys):
@@ -222,3 +222,150 @@ def test_a_full_disk_does_not_stop_the_token(node, capsys):
         assert not (state / "token-cache.json").exists()
     finally:
         subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+def test_a_throttled_himds_exits_75_after_bounded_retries(node):
+    # HIMDS answers 429 to everything: the plugin retries, then tells the kubelet to try later.
+    node.faults = [(429, {"Retry-After": "0"})] * 20
+    started = time.monotonic()
+    code, out, err = run(node.root)
+    assert code == 75 and out == ""
+    assert "answered 429" in err and f"after {himds.ATTEMPTS} attempt(s)" in err
+    assert len(node.requests) == himds.ATTEMPTS
+    assert time.monotonic() - started < token_cmd.HIMDS_BUDGET
+
+
+def test_a_503_burst_still_gives_the_token(node):
+    node.faults = [(503, {"Retry-After": "0"})] * 3
+    code, out, _ = run(node.root)
+    assert code == 0 and json.loads(out)["status"]["token"] == "tok-" + himds.AKS_RESOURCE
+
+
+# --- bad inputs (tests/bad_inputs: files/token-config-*, env/exec-info-*) ---------------
+
+def _conf(node):
+    return node.root / "etc/aks-flex-node/aks-flex-node.conf"
+
+
+def test_a_config_that_is_not_utf8_is_refused_by_file_and_line(node):
+    """files/token-config-non-utf8: was a UnicodeDecodeError traceback."""
+    _conf(node).write_bytes(b"[arc]\nhimds_endpoint = \xff\n")
+    code, out, err = run(node.root)
+    assert code == 1 and out == ""
+    assert f"cannot read {_conf(node)}: expected UTF-8 text (line 2 has the byte 0xff" in err
+    assert "Traceback" not in err and node.requests == []
+
+
+def test_a_config_with_a_bom_is_still_read(node):
+    _conf(node).write_bytes(b"\xef\xbb\xbf" + _conf(node).read_bytes())
+    code, out, err = run(node.root)
+    assert code == 0, err
+    assert len(node.requests) == 2  # the endpoint of the file was used
+
+
+def test_a_config_configobj_cannot_parse_names_the_file_and_line(node):
+    _conf(node).write_text(f"[arc]\nhimds_endpoint = {node.endpoint}\nhimds_endpoint = {node.endpoint}\n")
+    code, out, err = run(node.root)
+    assert code == 1 and out == ""
+    assert f"{_conf(node)} line 3 = 'himds_endpoint = {node.endpoint}': expected each key and section once" in err
+
+
+def test_a_fifo_config_is_refused_without_waiting_for_a_writer(node):
+    conf = _conf(node)
+    conf.unlink()
+    os.mkfifo(conf, 0o600)
+    probe = ("import sys\nfrom aks_flex_node import token\n"
+             "sys.exit(token.main([], {'AKS_FLEX_NODE_ROOT': sys.argv[1]}))\n")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": REPO}
+    done = subprocess.run([sys.executable, "-c", probe, str(node.root)], env=env, capture_output=True,
+                          text=True, timeout=20)
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"cannot read {conf}: expected a regular file, it is a named pipe (FIFO)" in done.stderr
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o620])
+def test_a_config_others_can_write_is_not_trusted(node, mode):
+    """files/token-config-world-writable: StrictModes on the exec plugin's path too; before,
+    the plugin followed whatever himds_endpoint the file held."""
+    conf = _conf(node)
+    conf.chmod(mode)
+    code, out, err = run(node.root)
+    assert code == 1 and out == ""
+    assert f"config file {conf}: expected a file only its owner can write (mode {mode:04o}" in err
+    assert f"chmod go-w {conf}" in err
+    assert node.requests == []  # HIMDS never asked
+
+
+def test_a_config_in_a_directory_others_can_write_is_not_trusted(node):
+    conf_dir = _conf(node).parent
+    conf_dir.chmod(0o777)
+    try:
+        code, out, err = run(node.root)
+    finally:
+        conf_dir.chmod(0o755)
+    assert code == 1 and out == ""
+    assert f"chmod go-w {conf_dir}" in err and node.requests == []
+
+
+@pytest.mark.parametrize("endpoint", ["http://10.0.0.5:40342/metadata/identity/oauth2/token",
+                                      "http://himds.example.com/metadata/identity/oauth2/token"])
+def test_a_himds_endpoint_off_this_machine_names_the_key_and_the_file(node, endpoint):
+    _conf(node).write_text(f"[arc]\nhimds_endpoint = {endpoint}\n")
+    code, out, err = run(node.root)
+    assert code == 1 and out == ""
+    assert f"himds_endpoint = {endpoint!r} in {_conf(node)}: expected a URL on this machine" in err
+
+
+def test_a_himds_endpoint_that_is_no_url_names_the_key_and_the_file(node):
+    _conf(node).write_text("[arc]\nhimds_endpoint = http://[::1/token\n")
+    code, out, err = run(node.root)
+    assert code == 1 and out == ""
+    assert f"himds_endpoint = 'http://[::1/token' in {_conf(node)}: expected an http:// URL" in err
+
+
+@pytest.mark.parametrize("raw", ["[]", '"client.authentication.k8s.io/v1"', "null", "42"])
+def test_exec_info_that_is_not_an_object_is_refused_by_name(node, raw):
+    """env/exec-info-a-list: `[]` used to mean "no version" and the default was used."""
+    code, out, err = run(node.root, {"AKS_FLEX_NODE_ROOT": str(node.root), "KUBERNETES_EXEC_INFO": raw})
+    assert code == 1 and out == ""
+    assert f"KUBERNETES_EXEC_INFO = {raw!r}: expected a JSON ExecCredential object" in err
+    assert node.requests == []
+
+
+@pytest.mark.parametrize("info, said", [
+    ({}, "KUBERNETES_EXEC_INFO apiVersion = None"),
+    ({"kind": "ExecCredential"}, "KUBERNETES_EXEC_INFO apiVersion = None"),
+    ({"apiVersion": "client.authentication.k8s.io/v1"}, "KUBERNETES_EXEC_INFO kind = None"),
+    ({"apiVersion": "client.authentication.k8s.io/v1", "kind": "Pod"}, "KUBERNETES_EXEC_INFO kind = 'Pod'"),
+])
+def test_exec_info_without_a_known_version_and_kind_is_refused(node, info, said):
+    code, out, err = run(node.root, {"AKS_FLEX_NODE_ROOT": str(node.root), "KUBERNETES_EXEC_INFO": json.dumps(info)})
+    assert code == 1 and out == ""
+    assert said in err and node.requests == []
+
+
+@pytest.mark.parametrize("environ", [{}, {"KUBERNETES_EXEC_INFO": ""}])
+def test_exec_info_absent_still_means_v1beta1(node, environ):
+    code, out, err = run(node.root, dict(environ, AKS_FLEX_NODE_ROOT=str(node.root)))
+    assert code == 0, err
+    assert json.loads(out)["apiVersion"] == "client.authentication.k8s.io/v1beta1"
+
+
+def test_reading_the_config_loads_neither_validate_nor_the_config_package(node):
+    """StrictModes comes from aks_flex_node/strictmodes.py, outside the config package
+    (whose __init__ imports configobj.validate and the loader)."""
+    probe = (
+        "import sys\n"
+        "from aks_flex_node import token\n"
+        "code = token.main([], {'AKS_FLEX_NODE_ROOT': sys.argv[1]})\n"
+        "heavy = [m for m in sys.modules if m in ('validate', 'configobj.validate', 'aks_flex_node.config')\n"
+        "         or m == 'azure' or m.startswith('azure.')]\n"
+        "assert not heavy, heavy\n"
+        "sys.exit(code)\n"
+    )
+    _conf(node).chmod(0o666)  # the StrictModes check runs and refuses
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": REPO}
+    done = subprocess.run([sys.executable, "-c", probe, str(node.root)], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert "chmod go-w" in done.stderr

@@ -45,7 +45,7 @@ def test_token_then_cache_reuse(fresh_emulator, connected, tmp_path):
     root = tmp_path / "root"
     write_config(root, fresh_emulator, fresh_emulator.himds_key_dir)  # a key dir outside the root
     before = himds_counts(fresh_emulator)
-    code, out, err = run_token(root, {"apiVersion": "client.authentication.k8s.io/v1"})
+    code, out, err = run_token(root, {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential"})
     assert code == 0, err
     cred = json.loads(out)
     assert cred["apiVersion"] == "client.authentication.k8s.io/v1"

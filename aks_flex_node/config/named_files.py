@@ -1,0 +1,127 @@
+"""The files the configuration names (client secret, certificate, CA bundle): there, a
+regular file, changed by nobody but root (strictmodes), and holding what the key says.
+
+Their content is checked when the configuration is, so a bad secret is refused by `config
+validate` and before bootstrap changes anything, not at the first token request. Every
+problem names the key and the file, never what the file holds.
+"""
+
+import os
+import re
+import stat
+
+from aks_flex_node import paths
+from aks_flex_node import strictmodes
+from aks_flex_node.config.fileformat import file_kind, is_control
+from aks_flex_node.errors import ConfigProblem
+
+# Entra ID generates client secrets of 16 to 64 characters (Microsoft Graph,
+# "passwordCredential resource type", secretText:
+# https://learn.microsoft.com/graph/api/resources/passwordcredential). 1 KiB leaves room
+# for older, hand-set secrets and is still nothing a secret file could grow to by mistake.
+SECRET_MAX_BYTES = 1024
+# azure/auth.py reads a certificate file of at most 64 KiB (MAX_SECRET_FILE_BYTES); a
+# certificate chain and its private key take a few KiB.
+CERTIFICATE_MAX_BYTES = 64 * 1024
+# Debian's /etc/ssl/certs/ca-certificates.crt, every CA Mozilla trusts, is about 200 KiB.
+CA_BUNDLE_MAX_BYTES = 16 * 1024 * 1024
+
+def check_secret_file(key, node_path, root, problems):
+    """sp_client_secret_file: the client secret alone, on one line (a trailing newline is fine)."""
+    data = _checked_read(key, node_path, root, problems, SECRET_MAX_BYTES, "a client secret")
+    if data is None:
+        return
+    expected = _secret_problem(data)
+    if expected:
+        problems.append(ConfigProblem(key, node_path, expected))
+
+
+def _secret_problem(data):
+    """What is wrong with the bytes of a secret file, in words that never show them."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "a file holding the client secret as UTF-8 text (it holds bytes that are not UTF-8)"
+    secret = text.strip()
+    if not secret:
+        return "a file holding the client secret (it holds only whitespace)"
+    if "\n" in secret or "\r" in secret:
+        return ("a file holding the client secret alone, on one line (it has "
+                f"{len(secret.splitlines())} lines; a trailing newline is fine)")
+    if any(is_control(c) for c in secret):
+        return "a file holding the client secret in printable characters (it holds a control character)"
+    return None
+
+
+def check_pem_file(key, node_path, root, problems, private, kinds, max_bytes):
+    """A PEM file (RFC 7468) with a BEGIN and END line for each of `kinds`; a private key
+    must not be encrypted (nothing gives us its passphrase)."""
+    data = _checked_read(key, node_path, root, problems, max_bytes, "a PEM file", private=private)
+    if data is None:
+        return
+    try:
+        text = data.decode("utf-8")  # PEM is ASCII; comments between blocks may be UTF-8
+    except UnicodeDecodeError:
+        problems.append(ConfigProblem(key, node_path, "a PEM text file (it holds bytes that are not UTF-8)"))
+        return
+    missing = [kind for kind in kinds if not _has_block(text, kind)]
+    if missing:
+        problems.append(ConfigProblem(key, node_path, "a PEM file with " + " and ".join(
+            f"a {kind} block" for kind in kinds) + f" (no {' or '.join(missing)} block found: "
+            "a -----BEGIN ...----- line and its -----END ...----- line)"))
+    elif "PRIVATE KEY" in kinds and ("-----BEGIN ENCRYPTED PRIVATE KEY-----" in text
+                                     or "Proc-Type: 4,ENCRYPTED" in text):
+        problems.append(ConfigProblem(key, node_path, "a PEM file with an unencrypted private key "
+                                                      "(aks-flex-node has no passphrase to give): "
+                                                      "openssl pkey -in <file> -out <new file>"))
+
+
+def _has_block(text, kind):
+    """A BEGIN line of `kind` ("PRIVATE KEY" also matches "RSA PRIVATE KEY") and its END line."""
+    for match in re.finditer(rf"^-----BEGIN ((?:[A-Z0-9]+ )*{kind})-----[ \t]*\r?$", text, re.MULTILINE):
+        if re.search(rf"^-----END {match.group(1)}-----[ \t]*\r?$", text[match.end():], re.MULTILINE):
+            return True
+    return False
+
+
+def _checked_read(key, node_path, root, problems, max_bytes, what, private=True):
+    """The bytes of a file named by `key`, or None with its problems appended: there,
+    regular (never opened otherwise: a FIFO would block), safe (strictmodes), not empty, at
+    most `max_bytes`."""
+    path = paths.real_path(root, node_path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        problems.append(ConfigProblem(key, node_path, f"an existing file ({path} does not exist)"))
+        return None
+    except OSError as err:
+        problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        problems.append(ConfigProblem(key, node_path, f"a regular file (it is {file_kind(st)})"))
+        return None
+    # Owned by root, nobody else may change it or its directories; a private one nobody
+    # else may read.
+    problems += strictmodes.problems(key, node_path, path, root, private=private)
+    if st.st_size == 0:
+        problems.append(ConfigProblem(key, node_path, "a file that is not empty"))
+        return None
+    if st.st_size > max_bytes:
+        problems.append(ConfigProblem(key, node_path, f"{what} of at most {max_bytes} bytes "
+                                                      f"(the file has {st.st_size})"))
+        return None
+    try:
+        # O_NONBLOCK: should it have become a FIFO since the stat, the open does not wait.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                problems.append(ConfigProblem(key, node_path, "a regular file"))
+                return None
+            data = handle.read(max_bytes + 1)
+    except OSError as err:
+        problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
+        return None
+    if len(data) > max_bytes:  # grown since the stat
+        problems.append(ConfigProblem(key, node_path, f"{what} of at most {max_bytes} bytes"))
+        return None
+    return data

@@ -1,0 +1,475 @@
+"""The cells of the fault matrix: what each one breaks, how, and what it records.
+
+A cell is a name, a group and a function that drives one scratch node (tests/faults/node.py)
+through a fault and its recovery, filling a CellResult. Comparisons with the clean run's
+reference (tests/faults/matrix.py) happen once every cell has finished, so cells run in
+parallel, the reference among them.
+"""
+
+import dataclasses
+import hashlib
+import os
+import time
+import typing
+
+from aks_flex_node.steps.workflow import PHASE_NAMES
+from tests import harness
+from tests.emulator import constants as C
+
+# A bootstrap after a fault cleared gets this many tries (the agent's would be endless).
+ATTEMPTS = 4
+BURST = 3  # a transient fault answers this many requests, then the endpoint recovers
+STALL = 30.0  # the "30 s stall"
+HOLD = 120.0  # how long a kill point holds the run (it is killed long before)
+KILL_POINT_TIMEOUT = 90.0
+ARTIFACT_FILES = {"runc": r"runc-v[^/]*\.amd64$", "containerd": r"containerd-[^/]*\.tar\.gz$",
+                  "kubernetes": r"kubernetes-node-[^/]*\.tar\.gz$", "cni": r"cni-plugins-[^/]*\.tgz$"}
+
+
+@dataclasses.dataclass
+class CellResult:
+    group: str
+    name: str
+    fault: str
+    converged: bool = False
+    seconds: typing.Optional[float] = None  # from the fault clearing to the first good bootstrap
+    retries: str = "-"
+    exit_failing: list = dataclasses.field(default_factory=list)
+    corrupted: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+    unbootstrap_clean: typing.Optional[bool] = None  # kill cells only
+    # Compared with the reference once every cell is done (matrix.evaluate):
+    pre: dict = dataclasses.field(default_factory=dict, repr=False)
+    failing: list = dataclasses.field(default_factory=list, repr=False)  # snapshots while failing
+    served: set = dataclasses.field(default_factory=set, repr=False)  # sha256 of whole bodies a fault served
+    final: dict = dataclasses.field(default_factory=dict, repr=False)
+    wall: float = 0.0
+
+    @property
+    def ok(self):
+        return self.converged and not self.corrupted and self.unbootstrap_clean is not False
+
+
+@dataclasses.dataclass
+class Cell:
+    group: str
+    name: str
+    fault: str
+    run: typing.Callable  # run(cell_node, result)
+    fast: bool = False  # in the pytest subset (tests/integration/test_faults.py)
+    seconds_hint: float = 15.0  # longest first, so the pool's tail is short
+
+
+def short(text, limit=140):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def error_of(summary, stderr):
+    if summary and summary.get("error"):
+        error = summary["error"]
+        # A run's summary holds {"error": {...}}; an error before any run starts is the CLI's
+        # {"error": "<code>", "message": ...}.
+        return error.get("message", "") if isinstance(error, dict) else summary.get("message", "")
+    lines = [l for l in (stderr or "").splitlines() if l.strip()]
+    return lines[-1] if lines else ""
+
+
+def capture_failing(cell, result):
+    """What is on the root while the fault holds: compared later with the old and the new
+    content (nothing may be half-written), and the run state must still parse."""
+    result.failing.append(cell.snapshot())
+    for path in ("/var/lib/aks-flex-node/ledger.json", "/var/lib/aks-flex-node/status.json"):
+        if not cell.json_is_whole(path):
+            result.corrupted.append(f"{path} (not whole JSON while failing)")
+
+
+def converge(cell, result, started=None):
+    """Bootstrap until it succeeds (ATTEMPTS at most); record exit codes of the failures."""
+    started = time.monotonic() if started is None else started
+    for _ in range(ATTEMPTS):
+        code, summary, stderr, _secs = cell.cli("bootstrap")
+        if code == 0 and summary and summary.get("state") == "succeeded":
+            result.converged = True
+            result.seconds = time.monotonic() - started
+            break
+        result.exit_failing.append(code)
+        note = short(error_of(summary, stderr), 160)
+        if note and note not in result.notes:
+            result.notes.append(note)
+        capture_failing(cell, result)
+    result.final = cell.snapshot()
+    return result.converged
+
+
+def check_azure_joined(cell, result):
+    state = cell.emu.state()
+    machines = [m["name"] for m in state["machines"]]
+    nodes = [n["metadata"]["name"] for n in state["nodes"].get(C.CLUSTER_NAME, [])]
+    if machines != [harness.MACHINE_NAME] or nodes != [harness.MACHINE_NAME]:
+        result.converged = False
+        result.notes.append(f"Azure holds machines {machines}, nodes {nodes} after convergence")
+
+
+def unbootstrap_and_compare(cell, result, before_raw):
+    """Unbootstrap, then the root must be as before the first bootstrap (byte for byte),
+    save what an unbootstrap keeps on purpose, and Azure must hold nothing of ours."""
+    code, summary, stderr, _ = cell.cli("unbootstrap")
+    after = cell.snapshot(raw=True)
+    problems = []
+    if code != 0:
+        problems.append(f"unbootstrap exit {code}: {short(error_of(summary, stderr))}"
+                        + (f" leftovers {summary.get('leftovers')}" if summary else ""))
+    from tests.faults.node import KEPT_AFTER_UNBOOTSTRAP
+    added = sorted(set(after) - set(before_raw) - KEPT_AFTER_UNBOOTSTRAP)
+    changed = sorted(p for p in set(after) & set(before_raw) if after[p] != before_raw[p])
+    removed = sorted(set(before_raw) - set(after))
+    for label, paths in (("left", added), ("changed", changed), ("removed", removed)):
+        if paths:
+            problems.append(f"{label} {len(paths)}: {', '.join(paths[:4])}")
+    state = cell.emu.state()
+    principals = {m["principal_id"] for m in state["machines"]}
+    if state["machines"] or state["nodes"].get(C.CLUSTER_NAME) or any(
+            a["principal_id"] in principals for a in state["role_assignments"]):
+        problems.append("Azure still holds our machine, node or role assignments")
+    result.unbootstrap_clean = not problems
+    result.notes.extend(problems)
+
+
+# -- kill -9 ------------------------------------------------------------------------------
+
+class Hang:
+    """Hold the run in a stand-in host command (tests/fakes/fakelib.py's hang-<cmd>[-<verb>])."""
+
+    def __init__(self, command, verb=None):
+        self.name = f"hang-{command}" + (f"-{verb}" if verb else "")
+        self.what = f"in `{command}{' ' + verb if verb else ''}`"
+
+    def arm(self, cell):
+        with open(os.path.join(cell.node.state_dir, self.name), "w") as f:
+            f.write(str(HOLD))
+
+    def reached(self, cell, run):
+        return os.path.exists(os.path.join(cell.node.state_dir, self.name + ".waiting"))
+
+    def release(self, cell):
+        for suffix in ("", ".waiting"):
+            try:
+                os.remove(os.path.join(cell.node.state_dir, self.name + suffix))
+            except FileNotFoundError:
+                pass
+
+
+class Stall:
+    """Hold the run in an emulator request (a `delay` rule), after `let_through` requests
+    matching it went through; with `phase`, also wait until that phase has started."""
+
+    def __init__(self, match, what, let_through=0, phase=None):
+        self.match, self.what, self.let_through, self.phase = match, what, let_through, phase
+
+    def arm(self, cell):
+        rules = []
+        if self.let_through:
+            rules.append({"match": dict(self.match, times=self.let_through), "delay": 0})
+        rules.append({"match": dict(self.match), "delay": HOLD})
+        cell.emu.faults(rules)
+
+    def reached(self, cell, run):
+        if self.phase and not run.phase_started(self.phase):
+            return False
+        return any(r.get("delay") == HOLD and r["hits"] > 0 for r in cell.emu.admin("GET", "faults"))
+
+    def release(self, cell):
+        cell.emu.clear_faults()
+
+
+class Actions:
+    """Kill once `count` of the phase's actions were logged (a phase that only writes files
+    has nothing outside to hold it: the kill lands between or during its writes)."""
+
+    def __init__(self, phase, count):
+        self.phase, self.count = phase, count
+        self.what = f"after its action {count} began"
+
+    def arm(self, cell):
+        pass
+
+    def reached(self, cell, run):
+        return run.actions_logged(self.phase) >= self.count
+
+    def release(self, cell):
+        pass
+
+
+def _arm_path(method, path_regex):
+    return {"server": "arm", "method": method, "path_regex": path_regex}
+
+
+MIDDLE = {
+    "preflight": Hang("azcmagent", "show"),
+    "cluster": Stall(_arm_path("GET", r"managedClusters/[^/]+$"), "in the cluster GET"),
+    "arc": Hang("azcmagent", "connect"),
+    "roles": Stall(_arm_path("PUT", r"roleAssignments/"), "in the 2nd role assignment PUT", let_through=1),
+    "system": Hang("modprobe"),
+    **{phase: Stall({"server": "artifacts", "path_regex": regex}, "in the download")
+       for phase, regex in ARTIFACT_FILES.items()},
+    "containerd-config": Actions("containerd-config", 3),
+    "cni-config": Actions("cni-config", 2),
+    "kubelet": Actions("kubelet", 7),
+    "credentials": Stall(_arm_path("POST", r"listClusterUserCredential$"), "in listClusterUserCredential"),
+    "rbac-propagation": Stall({"server": "apiserver", "method": "GET"}, "in its API server check"),
+    "services": Hang("systemctl", "daemon-reload"),
+    "node-ready": Stall({"server": "apiserver", "method": "POST", "path_regex": r"/api/v1/nodes$"},
+                        "waiting for the node (registration stalled)", phase="node-ready"),
+}
+
+
+class PhaseStart:
+    def __init__(self, phase):
+        self.phase, self.what = phase, "as it started"
+
+    def arm(self, cell):
+        pass
+
+    def reached(self, cell, run):
+        return run.phase_started(self.phase)
+
+    def release(self, cell):
+        pass
+
+
+def kill_cell(phase, when):
+    point = PhaseStart(phase) if when == "start" else MIDDLE[phase]
+
+    def run(cell, result):
+        before_raw = cell.snapshot(raw=True)
+        result.pre = cell.snapshot()
+        point.arm(cell)
+        watched = cell.watched("bootstrap")
+        deadline = time.monotonic() + KILL_POINT_TIMEOUT
+        reached = False
+        while watched.alive() and time.monotonic() < deadline:
+            watched.pump()
+            if point.reached(cell, watched):
+                reached = True
+                break
+        code = watched.kill()
+        point.release(cell)
+        if not reached:
+            result.notes.append(f"kill point not reached (the run {'ended' if code >= 0 else 'timed out'}, "
+                                f"exit {code}): {short(watched.stderr().splitlines()[-1:] or '')}")
+        result.exit_failing.append("kill -9" if code == -9 else code)
+        capture_failing(cell, result)
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+            unbootstrap_and_compare(cell, result, before_raw)
+
+    return Cell("kill -9", f"{phase} ({when})", f"kill -9 {point.what}", run,
+                seconds_hint=20 if when == "middle" else 15)
+
+
+# -- ENOSPC -------------------------------------------------------------------------------
+
+def enospc_cell(node_path, size, leave, fast=False):
+    def run(cell, result):
+        target = cell.mount_tmpfs(node_path, size)
+        filler = cell.fill(target, leave)
+        result.pre = cell.snapshot()
+        code, summary, stderr, _ = cell.cli("bootstrap")
+        if code == 0:
+            result.notes.append("the bootstrap fit in the space left (nothing it writes lives there)")
+        else:
+            result.exit_failing.append(code)
+            message = error_of(summary, stderr)
+            if "No space left" not in message or node_path not in message:
+                result.notes.append(f"UNCLEAR: the error does not say that a file under {node_path} "
+                                    "could not be written for lack of space")
+            result.notes.append(short(message, 160))
+            capture_failing(cell, result)
+        os.remove(filler)  # the space is freed
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+
+    return Cell("ENOSPC", f"{node_path} full", f"tmpfs {size} at {node_path}, {leave} B free", run, fast=fast)
+
+
+# -- Azure endpoints ----------------------------------------------------------------------
+
+ENDPOINT_FAULTS = {
+    "429": {"respond": {"status": 429, "headers": {"Retry-After": "1"},
+                        "body": {"error": {"code": "TooManyRequests", "message": "throttled (fault)"}}}},
+    "500": {"respond": {"status": 500, "body": {"error": {"code": "InternalServerError", "message": "fault"}}}},
+    "503": {"respond": {"status": 503, "body": {"error": {"code": "ServiceUnavailable", "message": "fault"}}}},
+    "drop": {"drop": True},
+    "stall 30s": {"delay": STALL},
+}
+ENDPOINTS = ("arm", "entra", "himds", "apiserver", "artifacts")
+
+
+def faulted_requests(cell, server, path_regex=None):
+    import re
+    return [r for r in cell.emu.requests(server=server) if r["fault"]
+            and (path_regex is None or re.search(path_regex, r["path"]))]
+
+
+def rule_cell(group, name, fault, rule, count_server, fast=False, seconds_hint=15.0):
+    """Inject `rule` (it clears by itself: `times`, or it only slows), then bootstrap until
+    converged; retries = the requests that met the fault."""
+
+    def run(cell, result):
+        result.pre = cell.snapshot()
+        body = rule.get("respond", {}).get("body")
+        if isinstance(body, str):  # a whole (if wrong) answer: a copy of it is no half-write
+            result.served.add(hashlib.sha256(cell.normalize(body.encode())).hexdigest())
+        cell.emu.faults([rule])
+        converge(cell, result)
+        if result.converged:
+            check_azure_joined(cell, result)
+        result.retries = str(len(faulted_requests(cell, count_server, rule["match"].get("path_regex"))))
+
+    return Cell(group, name, fault, run, fast=fast, seconds_hint=seconds_hint)
+
+
+def endpoint_cell(server, kind, fast=False):
+    action = ENDPOINT_FAULTS[kind]
+    times = 1 if kind.startswith("stall") else BURST
+    rule = dict(action, match={"server": server, "times": times})
+    what = f"{kind} x{times}, then recovered"
+    return rule_cell("endpoint", f"{server} {kind}", what, rule, server, fast=fast,
+                     seconds_hint=STALL + 10 if kind.startswith("stall") else 15)
+
+
+def himds_down_cell():
+    def run(cell, result):
+        import socket
+        result.pre = cell.snapshot()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/metadata/identity/oauth2/token"
+        sock.close()  # nothing listens there now
+        harness.write_config(cell.root, cell.emu, cell.wrapper, extra={"himds_endpoint": closed})
+        code, summary, stderr, _ = cell.cli("bootstrap")
+        if code == 0:
+            result.notes.append("bootstrap succeeded with HIMDS down")
+        else:
+            result.exit_failing.append(code)
+            result.notes.append(short(error_of(summary, stderr), 160))
+            capture_failing(cell, result)
+        harness.write_config(cell.root, cell.emu, cell.wrapper)  # HIMDS is back
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+
+    return Cell("endpoint", "himds down", "no listener, then back", run)
+
+
+def artifact_cells():
+    runc = ARTIFACT_FILES["runc"]
+    bad = "0" * 64 + "  runc-v1.1.12.amd64\n"
+    return [
+        rule_cell("artifact", "truncated", "kubernetes tarball cut after 1000 B, once",
+                  {"match": {"server": "artifacts", "path_regex": ARTIFACT_FILES["kubernetes"], "times": 1},
+                   "truncate": 1000}, "artifacts", fast=True),
+        rule_cell("artifact", "corrupt", "runc served damaged (same length), once",
+                  {"match": {"server": "artifacts", "path_regex": runc, "times": 1}, "corrupt": True},
+                  "artifacts"),
+        rule_cell("artifact", "wrong checksum", "runc's .sha256 names another digest, once",
+                  {"match": {"server": "artifacts", "path_regex": r"runc-v[^/]*\.amd64\.sha256$", "times": 1},
+                   "respond": {"status": 200, "body": bad}}, "artifacts"),
+    ]
+
+
+# -- concurrency --------------------------------------------------------------------------
+
+def two_bootstraps_cell():
+    def run(cell, result):
+        result.pre = cell.snapshot()
+        started = time.monotonic()
+        runs = [cell.watched("bootstrap") for _ in range(2)]
+        codes = sorted(r.wait() for r in runs)
+        result.exit_failing.extend(c for c in codes if c != 0)
+        result.notes.append(f"exit codes {codes}")
+        if 0 not in codes:
+            capture_failing(cell, result)
+        if converge(cell, result, started):
+            check_azure_joined(cell, result)
+
+    return Cell("concurrency", "two bootstraps", "two `bootstrap` at once", run, fast=True)
+
+
+def agent_and_manual_cell():
+    def run(cell, result):
+        import json
+        import signal
+        from aks_flex_node import lifecycle
+        from aks_flex_node.host import Host
+
+        result.pre = cell.snapshot()
+        lifecycle.mark_pending(Host(cell.root))
+        started = time.monotonic()
+        agent = cell.watched("agent", "--interval", "1", "--cloud-interval", "1")
+        manual = cell.watched("bootstrap")
+        code = manual.wait()
+        result.notes.append(f"manual bootstrap exit {code}")
+        if code != 0:
+            result.exit_failing.append(code)
+        deadline = time.monotonic() + 90
+        status = {}
+        while time.monotonic() < deadline and agent.alive():
+            agent.pump(0.2)
+            try:
+                with open(cell.node.path("/var/lib/aks-flex-node/status.json")) as f:
+                    status = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if status.get("state") == "succeeded" and not os.path.exists(
+                    cell.node.path("/var/lib/aks-flex-node/join-pending")):
+                break
+        if status.get("state") == "succeeded":
+            result.seconds = time.monotonic() - started
+        agent.proc.send_signal(signal.SIGTERM)
+        agent_code = agent.wait(timeout=60)
+        result.notes.append(f"agent exit {agent_code} on SIGTERM")
+        result.final = cell.snapshot()
+        result.converged = status.get("state") == "succeeded" and agent_code == 0
+        if result.converged:
+            check_azure_joined(cell, result)
+
+    return Cell("concurrency", "agent + manual", "`agent` and `bootstrap` at once", run)
+
+
+def reference_cell():
+    def run(cell, result):
+        before_raw = cell.snapshot(raw=True)
+        result.pre = cell.snapshot()
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+            unbootstrap_and_compare(cell, result, before_raw)
+
+    return Cell("baseline", "clean run", "none (the reference)", run, fast=True)
+
+
+REFERENCE = "clean run"
+
+
+def all_cells():
+    cells = [reference_cell()]
+    for phase in PHASE_NAMES:
+        for when in ("start", "middle"):
+            cells.append(kill_cell(phase, when))
+    # Each holds what its writes need 4 KiB pages of; `leave` is what the fault leaves free.
+    cells += [enospc_cell("/var/lib", "2m", 0), enospc_cell("/etc", "2m", 4096, fast=True),
+              enospc_cell("/etc/aks-flex-node", "64k", 0), enospc_cell("/usr/local/bin", "2m", 8192),
+              enospc_cell("/var/cache", "2m", 4096)]
+    for server in ENDPOINTS:
+        for kind in ENDPOINT_FAULTS:
+            cells.append(endpoint_cell(server, kind, fast=(server, kind) == ("arm", "429")))
+    cells.append(himds_down_cell())
+    cells.append(rule_cell("endpoint", "himds slow", "every HIMDS answer 5 s late",
+                           {"match": {"server": "himds"}, "delay": 5.0}, "himds", seconds_hint=30))
+    cells += artifact_cells()
+    cells += [two_bootstraps_cell(), agent_and_manual_cell()]
+    # Kill points where no other branch is writing (a kill there is deterministic).
+    for cell in cells:
+        if cell.group == "kill -9" and cell.name in ("cluster (middle)", "services (middle)"):
+            cell.fast = True
+    return cells

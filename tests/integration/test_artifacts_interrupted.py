@@ -1,0 +1,125 @@
+"""What a bootstrap killed half-way through installing an artifact leaves, and how the next
+run and unbootstrap deal with it (the fault matrix's "kill -9: kubernetes (middle)", "cni
+(middle)" and "... (start)" cells, docs/reliability.md).
+
+The states below are the ones a kill -9 leaves, made exactly: an install records each file
+in the ledger before it writes it, so a run killed among the members of an archive leaves
+ledger entries (and files) for the first members only; a run killed while the cache's
+CACHEDIR.TAG was being written leaves the cache directory recorded as ours, untagged, with
+the writer's temp file (host/fs.py names it .<name>.<pid>.<random>.tmp) next to it.
+"""
+
+import json
+import os
+
+from aks_flex_node import paths
+
+LEDGER = "/var/lib/aks-flex-node/ledger.json"
+CACHE = paths.DEFAULT_CACHE_DIR
+TAG = f"{CACHE}/{paths.CACHE_TAG_NAME}"
+DEAD_PID = 4194999  # above any pid_max (2^22, proc(5)): no such process
+
+
+def cut_short(node, *lost):
+    """The ledger and files of a run killed just before it recorded the files `lost`."""
+    ledger = json.loads(node.read(LEDGER))
+    ledger["entries"] = [e for e in ledger["entries"] if not (e["kind"] == "file" and e["id"] in lost)]
+    with open(node.path(LEDGER), "w") as f:
+        json.dump(ledger, f)
+    for path in lost:
+        os.remove(node.path(path))
+
+
+def planned(node, *args):
+    proc, summary = node.cli_json("bootstrap", "--dry-run", *args)
+    assert proc.returncode == 0, proc.stderr
+    return {p["name"]: [c["what"] for c in p["changes"]] for p in summary["phases"] if p["changes"]}
+
+
+def test_an_install_cut_short_is_installed_again(node):
+    node.cli("bootstrap", check=True)
+    kubeadm, portmap = "/usr/local/bin/kubeadm", "/opt/cni/bin/portmap"
+    wanted = {path: node.read(path) for path in (kubeadm, portmap)}
+    cut_short(node, kubeadm, portmap)
+
+    plans = planned(node)
+    assert any(w.startswith("install kubernetes ") for w in plans.get("kubernetes", [])), plans
+    assert any(w.startswith("install cni ") for w in plans.get("cni", [])), plans
+    assert "runc" not in plans and "containerd" not in plans, "an intact install is left alone"
+
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert {path: node.read(path) for path in wanted} == wanted
+    phases = {p["name"]: p["status"] for p in summary["phases"]}
+    assert phases["kubernetes"] == "changed" and phases["cni"] == "changed"
+    # And it sticks: the next run finds everything in place.
+    assert not {"kubernetes", "cni"} & set(planned(node))
+
+
+def test_an_install_an_earlier_release_recorded_is_kept_without_a_restart(node):
+    """An earlier release recorded each file, not the archive's list: after `apt upgrade`
+    its intact install is adopted, not installed again (which would restart the kubelet
+    and containerd and download the checksums)."""
+    node.cli("bootstrap", check=True)
+    ledger = json.loads(node.read(LEDGER))
+    ledger["entries"] = [e for e in ledger["entries"] if e["kind"] != "artifact"]
+    with open(node.path(LEDGER), "w") as f:
+        json.dump(ledger, f)
+    assert not {"runc", "containerd", "kubernetes", "cni"} & set(planned(node))
+    assert not [e for e in json.loads(node.read(LEDGER))["entries"] if e["kind"] == "artifact"], \
+        "a dry run writes nothing"
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert summary["owed"] == [] and not [p for p in summary["phases"] if p["changes"]], summary
+    adopted = {e["id"] for e in json.loads(node.read(LEDGER))["entries"] if e["kind"] == "artifact"}
+    assert adopted == {"runc", "containerd", "kubernetes", "cni"}, adopted
+
+
+def test_unbootstrap_removes_what_an_install_cut_short_wrote(node):
+    before = node.files()
+    node.cli("bootstrap", check=True)
+    cut_short(node, "/usr/local/bin/kubeadm")
+    proc, summary = node.cli_json("unbootstrap")
+    assert proc.returncode == 0, proc.stderr + json.dumps(summary)
+    assert not os.path.exists(node.path(LEDGER)), "the install's record was left in the ledger"
+    left = {p for p in node.files() - before if p.startswith(("/usr/local/bin", "/opt/cni", CACHE))}
+    assert not left, left
+
+
+def test_an_untagged_cache_of_ours_is_tagged_again(node):
+    node.cli("bootstrap", check=True)
+    os.remove(node.path(TAG))
+
+    plans = planned(node)
+    whats = [w for ws in plans.values() for w in ws]
+    assert whats.count(f"write {TAG} (mode 0644)") == 1, plans  # one phase plans it, not each
+
+    node.cli("bootstrap", check=True)
+    assert node.read(TAG) == paths.CACHE_TAG
+    assert not any(TAG in w for ws in planned(node).values() for w in ws)
+
+
+def test_a_cache_of_another_program_is_never_tagged(node):
+    """Only a directory the ledger records as ours gets our tag."""
+    node.cli("bootstrap", check=True)
+    ledger = json.loads(node.read(LEDGER))
+    ledger["entries"] = [e for e in ledger["entries"] if e["kind"] != "cache_dir"]
+    with open(node.path(LEDGER), "w") as f:
+        json.dump(ledger, f)
+    os.remove(node.path(TAG))
+    assert not any(TAG in w for ws in planned(node).values() for w in ws)
+    node.cli("bootstrap", check=True)
+    assert not os.path.exists(node.path(TAG))
+
+
+def test_unbootstrap_removes_a_cache_whose_tag_a_killed_run_never_wrote(node):
+    before = node.files()
+    node.cli("bootstrap", check=True)
+    os.remove(node.path(TAG))
+    temp = node.path(f"{CACHE}/.{paths.CACHE_TAG_NAME}.{DEAD_PID}.k1ll3d_x.tmp")
+    with open(temp, "wb") as f:
+        f.write(paths.CACHE_TAG[:20])
+    proc, summary = node.cli_json("unbootstrap")
+    assert proc.returncode == 0, proc.stderr + json.dumps(summary)
+    assert not os.path.exists(node.path(CACHE)), sorted(os.listdir(node.path(CACHE)))
+    assert not {p for p in node.files() - before if p.startswith(CACHE)}

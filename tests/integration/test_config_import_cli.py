@@ -1,0 +1,90 @@
+"""`aks-flex-node config import` run as an operator runs it: a bad config.json or flag
+exits 2 with a message naming the file or flag, and leaves the node as it was."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from aks_flex_node import paths
+from tests.harness import REPO
+from tests.unit.test_config import make_root
+from tests.unit.test_upstream_config import SECRET, document
+
+
+def run(root, *args):
+    return subprocess.run([sys.executable, "-m", "aks_flex_node", "config", "import", *args, "--root", str(root)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def files(root):
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = (f.read(), os.stat(path).st_mode)
+    return out
+
+
+@pytest.fixture
+def root(tmp_path):
+    return make_root(tmp_path, "import-host")
+
+
+def config_json(tmp_path, **changes):
+    doc = document("upstream-readme-sp.json")
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        node = doc
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_good_import_prints_its_warnings_and_what_it_wrote(root, tmp_path):
+    proc = run(root, str(config_json(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: agent.logDir: ignored" in proc.stderr
+    assert proc.stdout.strip() == f"wrote {paths.CONFIG} and {paths.SECRET} (0600)"
+    assert (root / paths.SECRET.lstrip("/")).read_text() == SECRET + "\n"
+
+
+def test_a_bad_tenant_over_a_good_config_exits_2_and_changes_nothing(root, tmp_path):
+    """The defect: exit 2, but aks-flex-node.conf had tenant_id = nope and the secret was
+    overwritten."""
+    assert run(root, str(config_json(tmp_path))).returncode == 0
+    before = files(root)
+    proc = run(root, str(config_json(tmp_path, azure__tenantId="nope",
+                                     azure__servicePrincipal__clientSecret="another-secret")))
+    assert proc.returncode == 2, proc.stderr
+    assert "tenant_id = 'nope'" in proc.stderr
+    assert "warning: agent.logDir: ignored" in proc.stderr  # warnings even on failure
+    assert files(root) == before
+
+
+def test_a_newline_in_the_machine_name_leaves_no_secret_behind(root, tmp_path):
+    proc = run(root, str(config_json(tmp_path, azure__arc__machineName="edge\nnode")))
+    assert proc.returncode == 2, proc.stderr
+    assert "machine_name" in proc.stderr and "a value on a single line" in proc.stderr
+    assert not (root / "etc/aks-flex-node").exists()
+
+
+@pytest.mark.parametrize("args,named", [
+    (["{missing}"], "config file = '{missing}': expected a readable file (No such file or directory)"),
+    (["{good}", "--secret-file", "sp-secret"], "--secret-file = 'sp-secret': expected an absolute path"),
+    (["{good}", "--output", "/nowhere/aks.conf"], "--output = '/nowhere/aks.conf': expected a file in an "
+                                                  "existing directory"),
+], ids=["missing-input", "relative-secret-file", "output-in-a-missing-dir"])
+def test_a_bad_input_or_flag_is_named_not_an_internal_error(root, tmp_path, args, named):
+    where = {"missing": str(tmp_path / "nope.json"), "good": str(config_json(tmp_path))}
+    proc = run(root, *[a.format(**where) for a in args])
+    assert proc.returncode == 2, proc.stderr
+    assert named.format(**where) in proc.stderr
+    assert "internal error" not in proc.stderr
+    assert not (root / "etc/aks-flex-node").exists()

@@ -1,0 +1,74 @@
+"""The fast subset of the fault matrix (tests/faults; `make faults` runs all of it): a clean
+run as the reference, kill -9 at two deterministic points, a full /etc, a throttled ARM, a
+truncated artifact and two bootstraps at once. Each must converge once the fault is gone and
+leave no file of ours corrupted (half-written while failing, or unlike the clean run's)."""
+
+import os
+
+import pytest
+
+from tests.faults import cells, matrix
+
+FAST = [c for c in cells.all_cells() if c.fast]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the ENOSPC cell mounts a tmpfs: needs root")
+    parent = str(tmp_path_factory.mktemp("faults"))
+    return {r.name: r for r in matrix.run_cells(FAST, workers=len(FAST), parent=parent)}
+
+
+def test_the_subset_has_a_cell_of_every_group():
+    assert {c.group for c in FAST} == {"baseline", "kill -9", "ENOSPC", "endpoint", "artifact", "concurrency"}
+
+
+@pytest.mark.parametrize("name", [c.name for c in FAST])
+def test_cell_converges_and_corrupts_nothing(results, name):
+    r = results[name]
+    assert r.converged, "; ".join(r.notes)
+    assert r.corrupted == [], r.corrupted
+    assert r.unbootstrap_clean is not False, "; ".join(r.notes)
+
+
+def test_kill_9_is_followed_by_a_clean_unbootstrap(results):
+    for r in results.values():
+        if r.group == "kill -9":
+            assert r.exit_failing == ["kill -9"] and r.unbootstrap_clean, (r.name, r.notes)
+
+
+def test_a_full_etc_fails_with_a_clear_error_then_converges(results):
+    [r] = [r for r in results.values() if r.group == "ENOSPC"]
+    assert r.exit_failing and r.exit_failing[0] not in (0, None)
+    assert not any(n.startswith("UNCLEAR") for n in r.notes), r.notes
+    assert any("No space left on device" in n for n in r.notes), r.notes
+
+
+def test_throttling_is_retried_within_the_run(results):
+    r = results["arm 429"]
+    assert r.retries == str(cells.BURST) and r.exit_failing == [], (r.retries, r.exit_failing, r.notes)
+
+
+def test_two_bootstraps_at_once_one_waits_its_turn(results):
+    r = results["two bootstraps"]
+    assert r.exit_failing in ([], [75]), r.notes
+
+
+def test_the_judge_flags_half_written_and_differing_files_only():
+    """What `files corrupted` counts: a file neither as before nor as the clean run made it
+    while failing, a file unlike the clean run's after convergence; not old or new content,
+    not run state, not a temp file of a write in progress."""
+    ref = cells.CellResult("baseline", cells.REFERENCE, "none")
+    ref.final = {"/etc/a": ("file", "new-a", 0o644, 3), "/etc/b": ("file", "new-b", 0o644, 3),
+                 "/var/lib/aks-flex-node/status.json": ("file", "s1", 0o644, 2)}
+    r = cells.CellResult("kill -9", "x", "x")
+    r.pre = {"/etc/a": ("file", "old-a", 0o644, 3)}
+    r.failing = [{"/etc/a": ("file", "old-a", 0o644, 3), "/etc/b": ("file", "half-b", 0o644, 1),
+                  "/etc/.c.abc.tmp": ("file", "junk", 0o600, 1),
+                  "/var/lib/aks-flex-node/status.json": ("file", "s0", 0o644, 2)}]
+    r.final = {"/etc/a": ("file", "new-a", 0o644, 3), "/etc/b": ("file", "new-b", 0o600, 3),
+               "/var/lib/aks-flex-node/status.json": ("file", "s2", 0o644, 2)}
+    matrix.evaluate(r, ref)
+    assert r.corrupted == ["/etc/b (differs from the clean run)", "/etc/b (half-written while failing: 1 bytes)"]
+    assert any(n.startswith("stray 1: /etc/.c.abc.tmp") for n in r.notes), r.notes
