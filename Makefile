@@ -41,8 +41,10 @@ test: test-debian test-pypi test-deb
 test-debian: deps
 	env PATH=$(SYSPATH) $(PY) -m pytest -q --ignore=tests/deb $(PYTEST_ARGS)
 
+# The bad-input corpus is not repeated on PyPI's SDKs: its cases stop before Azure is
+# reached (its endpoints are a closed loopback port), so the SDK's version cannot matter.
 test-pypi: $(VENV)/.stamp
-	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q --ignore=tests/deb $(PYTEST_ARGS)
+	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q --ignore=tests/deb --ignore=tests/bad_inputs $(PYTEST_ARGS)
 
 # The library alone, without the package or a container: a bootstrap against the emulator
 # into a scratch root (build/demo-library) with stand-in host commands, phase by phase.
