@@ -102,3 +102,10 @@ class RepairDidNotStick(FlexNodeError):
     something undoes it, or that it does nothing on this host."""
 
     code = "repair-did-not-stick"
+
+
+class StateWriteError(FlexNodeError):
+    """A write of the run's own state (the lock, status.json, the ledger, the pending mark)
+    failed. Exit 1: a full or read-only disk needs an operator, retrying will not help."""
+
+    code = "state-write"

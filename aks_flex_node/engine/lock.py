@@ -15,19 +15,12 @@ import sys
 import time
 
 from aks_flex_node import paths
-from aks_flex_node.errors import FlexNodeError, LockHeldError
+from aks_flex_node.errors import FlexNodeError, LockHeldError, StateWriteError
 
 # `probe` holds the lock for the time of one status read. A run starting in that instant
 # must not be refused for it, so even a run that does not wait tries for this long.
 PROBE_GRACE = 0.5
 _RETRY = 0.05
-
-
-class StateWriteError(FlexNodeError):
-    """A write of the run's own state (the lock, status.json, the ledger, the pending mark)
-    failed. Exit 1: a full or read-only disk needs an operator, retrying will not help."""
-
-    code = "state-write"
 
 
 def _remedy(err_no, path):

@@ -66,10 +66,13 @@ def plan_agent_proxy(ctx, plan, step, agent):
                      f"https_proxy/no_proxy in the config; the agent has {redact(current) or 'none'}",
                      lambda p=prop, v=wanted[prop], c=current: _set_config(ctx, step, agent, p, v, c))
         else:
-            previous = ours.get("previous") or ""
-            plan.add(f"put the Arc agent's {prop} back to {redact(previous) or 'unset'}",
-                     "the config has no proxy any more; aks-flex-node had set it",
-                     lambda e=ours: _restore_config(ctx, agent, e))
+            _plan_restore(plan, ours, "the config has no proxy any more; aks-flex-node had set it",
+                          lambda e=ours: _restore_config(ctx, agent, e))
+
+
+def _plan_restore(plan, entry, why, run):
+    previous = entry.get("previous") or ""
+    plan.add(f"put the Arc agent's {entry['id']} back to {redact(previous) or 'unset'}", why, run)
 
 
 def _set_config(ctx, step, agent, prop, value, current):
@@ -174,9 +177,8 @@ class ArcStep(Step):
                          lambda e=entry: self._disconnect(ctx, e))
         for entry in entries:
             if entry["kind"] == CONFIG_KIND:
-                previous = entry.get("previous") or ""
-                plan.add(f"put the Arc agent's {entry['id']} back to {redact(previous) or 'unset'}",
-                         f"set by the {self.name} phase", lambda e=entry: self._restore(ctx, e))
+                _plan_restore(plan, entry, f"set by the {self.name} phase",
+                              lambda e=entry: self._restore(ctx, e))
         return plan
 
     @staticmethod

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.deb import debtools
+from tests.deb import sandbox as sb_mod
 
 BUILD_TOOLS = ("dpkg-buildpackage", "dh", "dh_python3", "debconf-updatepo", "fakeroot")
 
@@ -26,6 +27,14 @@ def require_tools(*tools):
     if os.environ.get("AKS_FLEX_NODE_DEB_TESTS"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """A throwaway root and private debconf database the maintainer scripts run against
+    (tests/deb/sandbox.py)."""
+    require_tools("debconf-set-selections", "debconf-communicate", "po2debconf", "ucf", "ucfr")
+    return sb_mod.Sandbox(tmp_path)
 
 
 @pytest.fixture(scope="session")

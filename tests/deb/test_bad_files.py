@@ -13,16 +13,9 @@ import pytest
 
 from aks_flex_node import config
 from tests.deb import sandbox as sb_mod
-from tests.deb.conftest import require_tools
 from tests.deb.test_maintscripts import CLUSTER, joined_state, loopback_cloud, preseed_join
 
 SECRET = "s3cr3t-value"
-
-
-@pytest.fixture
-def sandbox(tmp_path):
-    require_tools("debconf-set-selections", "debconf-communicate", "po2debconf", "ucf", "ucfr")
-    return sb_mod.Sandbox(tmp_path)
 
 
 def files_holding(root, needle):

@@ -22,12 +22,6 @@ from tests.emulator_fixtures import fake_env
 SECRET = "s3cr3t-value"
 
 
-@pytest.fixture
-def sandbox(tmp_path):
-    require_tools("debconf-set-selections", "debconf-communicate", "po2debconf", "ucf", "ucfr")
-    return sb_mod.Sandbox(tmp_path)
-
-
 def files_holding(root, needle):
     """Every file under root whose bytes contain needle."""
     found = []

@@ -9,7 +9,6 @@ import pytest
 
 from aks_flex_node import config
 from tests.deb import sandbox as sb_mod
-from tests.deb.conftest import require_tools
 
 TENANT = "0dad6e24-3327-44c9-8b75-3f34d6f1e6fb"
 CLIENT = "d0c52b35-b60e-4f23-9a86-3622ae21b893"
@@ -17,12 +16,6 @@ CLUSTER = ("/subscriptions/93d23ebe-48c7-432a-8146-384c56a92ea6/resourceGroups/r
            "/providers/Microsoft.ContainerService/managedClusters/aks-one")
 # Nothing listens on port 9 of loopback: every Azure call is refused at once.
 CLOSED = "https://127.0.0.1:9"
-
-
-@pytest.fixture
-def sandbox(tmp_path):
-    require_tools("debconf-set-selections", "debconf-communicate", "po2debconf", "ucf", "ucfr")
-    return sb_mod.Sandbox(tmp_path)
 
 
 def preseed_join(sb, join="true", **answers):
