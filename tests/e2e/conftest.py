@@ -146,12 +146,22 @@ def mirror(base, emulator):
     served.stop()
 
 
-def _boot(base_root, request, binds):
+def _boot(base_root, request, binds, **options):
     run_dir = RUN_BASE / f"{request.node.name[:40]}-{uuid.uuid4().hex[:6]}"
-    box = ct.Container(base_root, run_dir, binds=binds)
+    box = ct.Container(base_root, run_dir, binds=binds, **options)
     request.addfinalizer(box.destroy)
     box.start()
     return box
+
+
+def emulator_ports(emulator, mirror):
+    """The host ports a node in a network namespace of its own must reach: every endpoint
+    of the emulator (ARM, Entra, HIMDS upstream, the API servers, artifacts) and the mirror."""
+    urls = [url for key, value in emulator.endpoints.items() if key not in ("admin", "pid")
+            for url in (value if isinstance(value, (list, tuple)) else
+                        value.values() if isinstance(value, dict) else [value])
+            if isinstance(url, str) and url.startswith(("http://", "https://"))]
+    return sorted({urllib.parse.urlsplit(url).port for url in [*urls, mirror.url]} - {None})
 
 
 @pytest.fixture
@@ -163,13 +173,23 @@ def booted(base_root, request):
 @pytest.fixture
 def boot_node(base_root, fresh_emulator, request):
     """boot_node(repo) -> a booted node whose only APT source is `repo`, with the Arc agent's
-    settings in place (the agent itself comes with the package, as a Recommends)."""
+    settings in place (the agent itself comes with the package, as a Recommends).
 
-    def boot(repo):
+    private_network=True: the node gets a network namespace of its own, the emulator's and
+    the mirror's ports forwarded in (several such nodes can run at once; node.c.expose()
+    reaches its ports). before_boot(container): files to put in place before systemd starts.
+    add_repository=False leaves the APT source to the scenario (cloud-init adds it)."""
+
+    def boot(repo, private_network=False, before_boot=None, hostname="e2e-node", add_repository=True):
+        options = {"hostname": hostname, "before_boot": before_boot}
+        if private_network:
+            options.update(private_network=True,
+                           forward_ports=emulator_ports(fresh_emulator, request.getfixturevalue("mirror")))
         box = _boot(base_root, request, [(repo.path, REPO_MOUNT, True),
-                                         (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False)])
+                                         (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False)], **options)
         n = Node(box, fresh_emulator)
-        n.add_repository(repo)
+        if add_repository:
+            n.add_repository(repo)
         n.configure_arc_agent()
         return n
 

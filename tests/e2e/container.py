@@ -11,9 +11,11 @@ Why this shape:
   under .cache/e2e (git-ignored). Each container is an overlay on the unpacked tree, so a
   boot costs seconds and a test can never change the cache.
 - `systemd-nspawn --boot --register=no --keep-unit` needs neither machined nor a systemd on
-  the test host. The container shares the host's network namespace: the emulator on the
-  host's 127.0.0.1 is reachable from inside, and himdsd inside listens on the host's
-  127.0.0.1:40342.
+  the test host. By default the container shares the host's network namespace: the
+  emulator on the host's 127.0.0.1 is reachable from inside, and himdsd inside listens on
+  the host's 127.0.0.1:40342, so one such node runs at a time. With private_network=True
+  it gets a namespace of its own (tests/e2e/netns.py): its own loopback, the emulator's
+  ports forwarded in, its ports (sshd) exposed on the host's loopback; several run at once.
 - SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1: the node's preflight wants cgroup v2, which the
   container gets even on a host that mounts the hybrid hierarchy.
 - SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 and CAP_NET_ADMIN: /proc/sys is writable inside, so
@@ -35,6 +37,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -42,6 +45,8 @@ import subprocess
 import time
 
 from tests.deb.debtools import SYSPATH, system_env  # Debian's tools, in a clean environment
+from tests.e2e.netns import NetNamespace, NetNamespaceError
+from tests.e2e.netns import leftover as netns_leftover
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = pathlib.Path(os.environ.get("AKS_FLEX_NODE_E2E_CACHE", REPO / ".cache" / "e2e"))
@@ -56,6 +61,19 @@ BASE_PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "ca-certificates", "procps", "kmod", "iproute2",
     "python3", "python3-azure", "python3-configobj", "python3-debian", "python3-debconf", "python3-yaml",
     "ucf", "debconf-utils", "perl", "libterm-readline-gnu-perl",
+    # What fleet engines need on a machine (issue 10): both off in the base (BASE_HOOKS),
+    # turned on by the scenarios that use them, in a private network namespace.
+    "cloud-init", "openssh-server",
+)
+# Run in the bootstrapped root (mmdebstrap --customize-hook). cloud-init.disabled: its
+# systemd generator then leaves cloud-init out of the boot (cloud-init's docs, "How to
+# disable cloud-init"). ssh masked: an sshd sharing the host's network would listen on the
+# host's port 22. The host keys its postinst made stay: every node has the same ones,
+# which is harmless for throwaway test machines (the tests keep their own known_hosts).
+BASE_HOOKS = (
+    'touch "$1"/etc/cloud/cloud-init.disabled',
+    'ln -sf /dev/null "$1"/etc/systemd/system/ssh.service',
+    'ln -sf /dev/null "$1"/etc/systemd/system/ssh.socket',
 )
 # Debian's containerd, runc and CNI plugins: repacked as release tarballs (tests/e2e/mirror.py)
 # so the node runs the real containerd under systemd.
@@ -99,7 +117,7 @@ class BaseRoot:
         self.cache = pathlib.Path(cache)
         self.packages = tuple(packages)
         key = hashlib.sha256(json.dumps([SUITE, MIRROR, SECURITY_MIRROR, self.packages,
-                                         RUNTIME_PACKAGES]).encode()).hexdigest()[:12]
+                                         RUNTIME_PACKAGES, BASE_HOOKS]).encode()).hexdigest()[:12]
         self.tarball = self.cache / f"base-{key}.tar.zst"
         self.tree = self.cache / f"base-{key}"
         self.runtime = self.cache / f"base-{key}-runtime"
@@ -147,6 +165,7 @@ class BaseRoot:
               f"--customize-hook=sync-out /tmp/runtime-debs {self.runtime}",
               "--customize-hook=rm -rf \"$1\"/tmp/runtime-debs \"$1\"/etc/apt/sources.list",
               "--customize-hook=echo e2e-node > \"$1\"/etc/hostname",
+              *(f"--customize-hook={hook}" for hook in BASE_HOOKS),
               SUITE, str(partial), *sources], timeout=1800)
         os.replace(partial, self.tarball)
 
@@ -236,6 +255,11 @@ def children(pid):
         return []
 
 
+def netns_name(run_dir):
+    """The network namespace of the container in run_dir: named after it (unique per run)."""
+    return "aks-" + re.sub(r"[^A-Za-z0-9_.-]", "_", pathlib.Path(run_dir).name)[-40:]
+
+
 def nsenter_argv(leader, argv, env=None):
     """The host argv that runs `argv` in the container whose systemd is `leader`, as root
     with a clean environment (`env` added)."""
@@ -248,14 +272,22 @@ def nsenter_argv(leader, argv, env=None):
 class Container:
     """One booted container on an overlay of `base`, living in `run_dir`.
 
-    `binds` are (host path, container path, read_only) triples given to nspawn."""
+    `binds` are (host path, container path, read_only) triples given to nspawn.
+    private_network: a network namespace of its own (see the module docstring), into which
+    each host port of `forward_ports` is forwarded; expose() reaches its ports from the host.
+    before_boot(container) runs once the overlay is mounted, before systemd starts (files a
+    first boot reads: a cloud-init seed, an unmasked unit)."""
 
-    def __init__(self, base, run_dir, name="aks-e2e", binds=(), hostname="e2e-node"):
+    def __init__(self, base, run_dir, name="aks-e2e", binds=(), hostname="e2e-node", private_network=False,
+                 forward_ports=(), before_boot=None):
         self.base = pathlib.Path(base)
         self.run_dir = pathlib.Path(run_dir)
         self.name = name
         self.binds = tuple(binds)
         self.hostname = hostname
+        self.netns = NetNamespace(netns_name(self.run_dir)) if private_network else None
+        self.forward_ports = tuple(forward_ports)
+        self.before_boot = before_boot
         self.root = self.run_dir / "merged"
         self.log_path = self.run_dir / "nspawn.log"
         self.process = None
@@ -288,6 +320,8 @@ class Container:
         (self.root / "etc/hosts").write_text(
             f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
         self.notes.append(prepare_kernel_modules(self.root))
+        if self.before_boot:
+            self.before_boot(self)
         self.sysctls = read_sysctls()
         (self.run_dir / "sysctls.json").write_text(json.dumps(self.sysctls))
 
@@ -297,6 +331,12 @@ class Container:
                 f"--machine={self.name}", "--console=passive", "--capability=CAP_NET_ADMIN"]
         for host_path, container_path, read_only in self.binds:
             argv.append(f"--bind{'-ro' if read_only else ''}={host_path}:{container_path}")
+        if self.netns:
+            (self.run_dir / "netns").write_text(self.netns.name + "\n")  # for clean_run_dir
+            self.netns.create()
+            for port in self.forward_ports:
+                self.netns.forward_in(port)
+            argv.append(f"--network-namespace-path={self.netns.path}")
         env = system_env(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1", SYSTEMD_NSPAWN_API_VFS_WRITABLE="1")
         with open(self.log_path, "ab") as log:
             # Its own session: a ^C in the terminal reaches pytest, which tears down in order.
@@ -365,6 +405,11 @@ class Container:
         problems = []
         with contextlib.suppress(Exception):
             self.poweroff()
+        if self.netns:
+            try:
+                self.netns.delete()
+            except NetNamespaceError as e:
+                problems.append(str(e))
         _unmounted, left = unmount_all(self.run_dir)
         if left:
             problems.append(f"still mounted: {left}")
@@ -375,6 +420,13 @@ class Container:
             problems.append(f"host sysctls not restored: {failed}")
         if problems:
             raise E2EError("; ".join(problems))
+
+    def expose(self, port):
+        """A port on the host's 127.0.0.1 that reaches 127.0.0.1:port in the container (a
+        private network's only way in)."""
+        if not self.netns:
+            raise E2EError("expose() needs private_network=True: the container shares the host's ports")
+        return self.netns.expose(port)
 
     # -- inside ---------------------------------------------------------------------------
 
@@ -474,6 +526,9 @@ def clean_run_dir(run_dir):
         time.sleep(0.5)
     unmounted, left = unmount_all(run_dir)
     report += [f"unmounted {mount_point}" for mount_point in unmounted]
+    with contextlib.suppress(OSError):
+        if netns_leftover((run_dir / "netns").read_text().strip()):
+            report.append(f"deleted network namespace {netns_name(run_dir)}")
     with contextlib.suppress(OSError, ValueError):
         restore_sysctls(json.loads((run_dir / "sysctls.json").read_text()))
     if left:

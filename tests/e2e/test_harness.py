@@ -1,6 +1,9 @@
 """The booted-container harness itself: boot, run, copy in, power off, nothing left."""
 
 import os
+import socket
+import subprocess
+import urllib.parse
 
 import pytest
 
@@ -43,3 +46,50 @@ def test_a_failing_command_says_what_failed(booted):
     with pytest.raises(ct.E2EError) as raised:
         booted.run(["sh", "-c", "echo oops >&2; exit 3"])
     assert "exited 3" in str(raised.value) and "oops" in str(raised.value)
+
+
+def test_private_networks_run_side_by_side_and_reach_only_what_is_forwarded(base_root, emulator):
+    """Two nodes with a network namespace each: both hold their own 127.0.0.1:40342 (as two
+    machines' Arc agents would), reach the emulator through the forwarded port, expose
+    their sshd to the host on a port of its own, and leave no namespace behind."""
+    arm_port = urllib.parse.urlsplit(emulator.arm).port
+    boxes = []
+
+    def unmask_ssh(box):
+        for unit in ("ssh.service", "ssh.socket"):
+            box.path(f"/etc/systemd/system/{unit}").unlink()
+
+    try:
+        for i in range(2):
+            box = ct.Container(base_root, ct.CACHE / "run" / f"netns-{os.getpid()}-{i}", hostname=f"netns-{i}",
+                               private_network=True, forward_ports=[arm_port], before_boot=unmask_ssh)
+            boxes.append(box)
+            box.start()
+        listen = ("import socket,time; s=socket.socket(); s.bind(('127.0.0.1',40342)); s.listen(); "
+                  "print('bound', flush=True); time.sleep(30)")
+        holders = [subprocess.Popen(box.command(["python3", "-c", listen]), stdout=subprocess.PIPE, text=True)
+                   for box in boxes]
+        assert [h.stdout.readline().strip() for h in holders] == ["bound", "bound"]
+        assert not ct.port_in_use(40342), "a node's port showed on the host's loopback"
+        reach = f"import socket; socket.create_connection(('127.0.0.1', {arm_port}), 5); print('ok')"
+        for box in boxes:
+            assert box.run(["python3", "-c", reach]).stdout.strip() == "ok"
+            assert box.is_active("ssh") == "active"
+            with socket.create_connection(("127.0.0.1", box.expose(22)), 10) as conn:
+                conn.settimeout(10)
+                assert conn.recv(64).startswith(b"SSH-2.0-OpenSSH")
+        for h in holders:
+            h.kill()
+            h.wait()
+        names = [box.netns.path for box in boxes]
+    finally:
+        for box in boxes:
+            box.destroy()
+    assert not any(os.path.exists(path) for path in names)
+
+
+def test_the_base_keeps_cloud_init_and_sshd_off(booted):
+    # Installed for the fleet scenarios, off for every other node (container.BASE_HOOKS).
+    assert booted.run(["test", "-x", "/usr/bin/cloud-init"], check=False).returncode == 0
+    assert booted.is_active("cloud-init") != "active"
+    assert booted.is_enabled("ssh") == "masked"
