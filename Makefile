@@ -6,11 +6,16 @@ PY := /usr/bin/python3
 VENV := .venv-pypi
 APT_DEPS := python3 python3-azure python3-configobj python3-yaml python3-debian python3-pytest \
             python3-cryptography python3-requests python3-venv python3-pip openssl \
-            tinyproxy-bin debconf-utils ucf po-debconf python3-debconf
+            tinyproxy-bin debconf-utils ucf po-debconf python3-debconf python3-pytest-xdist \
+            ansible-core ansible-lint
 # tinyproxy-bin: the proxy binary alone (no system service); tests/integration/test_proxy.py
 # starts its own on loopback. debconf-utils, ucf, po-debconf, python3-debconf: the bad-input
 # corpus runs the package's config script and postinst on preseeded answers (tests/bad_inputs).
+# ansible-core, ansible-lint: examples/ansible is linted and syntax-checked (tests/unit).
 PYTEST_ARGS ?=
+# The library's suite mostly waits (on subprocesses, the emulator, timeouts): four workers
+# on two cores. loadgroup: the bad-input corpus stays in one worker (its own pool runs it).
+XDIST ?= -n 4 --dist loadgroup
 
 # $(call apt_install,PACKAGES): install those of PACKAGES that are not installed yet, from
 # the distribution (apt-get update first, only when something is missing).
@@ -39,12 +44,14 @@ $(VENV)/.stamp: requirements-pypi.txt | deps
 test: test-debian test-pypi test-deb
 
 test-debian: deps
-	env PATH=$(SYSPATH) $(PY) -m pytest -q --ignore=tests/deb $(PYTEST_ARGS)
+	env PATH=$(SYSPATH) $(PY) -m pytest -q $(XDIST) --ignore=tests/deb $(PYTEST_ARGS)
 
 # The bad-input corpus is not repeated on PyPI's SDKs: its cases stop before Azure is
-# reached (its endpoints are a closed loopback port), so the SDK's version cannot matter.
+# reached (its endpoints are a closed loopback port), so the SDK's version cannot matter;
+# nor is the Ansible lint, which runs Debian's ansible-lint whatever the interpreter.
 test-pypi: $(VENV)/.stamp
-	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q --ignore=tests/deb --ignore=tests/bad_inputs $(PYTEST_ARGS)
+	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q $(XDIST) --ignore=tests/deb --ignore=tests/bad_inputs \
+	  --ignore=tests/unit/test_examples_ansible.py $(PYTEST_ARGS)
 
 # The library alone, without the package or a container: a bootstrap against the emulator
 # into a scratch root (build/demo-library) with stand-in host commands, phase by phase.
@@ -94,7 +101,7 @@ lint-deb: deb
 	  $(DEB_OUT)/aks-flex-node_*.changes; rc=$$?; rm -rf $$tmp; exit $$rc
 
 test-deb: deb-deps deps
-	env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -m pytest -q tests/deb $(PYTEST_ARGS)
+	env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -m pytest -q $(XDIST) tests/deb $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------------------------------
 # The APT repository and the booted-container lifecycle tests (issue 4).
@@ -116,14 +123,19 @@ repo: deb
 
 # debian-archive-keyring: mmdebstrap verifies bookworm with it (an Ubuntu host lacks it).
 E2E_DEPS := mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper equivs piuparts \
-            debian-archive-keyring
+            debian-archive-keyring iproute2 openssh-client
+# iproute2: the nodes' network namespaces (ip netns). openssh-client: Ansible reaches the
+# fleet scenario's nodes over ssh (tests/e2e/test_ansible.py).
 
 e2e-deps:
 	@$(call apt_install,$(E2E_DEPS))
 
+# Two workers: every node but `make demo`'s has a network namespace of its own, so two
+# scenarios run at once (tests/e2e/netns.py); the base root is built by one of them.
+E2E_XDIST ?= -n 2
 e2e: repo deps e2e-deps
 	env PATH=$(SYSPATH) AKS_FLEX_NODE_E2E_DEB_DIRS=$(DEB_OUT):build/arc-agent \
-	  $(PY) -m pytest -q -m e2e tests/e2e $(PYTEST_ARGS)
+	  $(PY) -m pytest -q $(E2E_XDIST) -m e2e tests/e2e $(PYTEST_ARGS)
 
 e2e-clean:
 	env PATH=$(SYSPATH) $(PY) -c 'from tests.e2e import container as c; print("\n".join(c.clean_leftovers(c.CACHE / "run")) or "nothing left running")'

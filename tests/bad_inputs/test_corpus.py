@@ -26,6 +26,9 @@ def outcomes(request):
     return {o.case.id: o for o in ran}
 
 
+# One xdist group: the cases run in one worker, whose session fixture runs them all at once
+# in the runner's pool (split over workers, every worker would run every case).
+@pytest.mark.xdist_group("bad-input-corpus")
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case, outcomes):
     if case.run == "postinst" and debconf_tools_missing():

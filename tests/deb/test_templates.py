@@ -144,3 +144,27 @@ def test_docs_and_the_example_preseed_cover_every_question():
     with pytest.raises(Exception) as err:
         config.from_values(values)
     assert [p.key for p in err.value.problems] == ["sp_client_secret_file"]
+
+
+@pytest.mark.parametrize("example", sorted((debtools.REPO / "examples" / "cloud-init").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_the_cloud_init_examples_answer_known_questions_with_valid_values(example):
+    """Each cloud-init example's debconf_selections: our package's questions only, each with
+    its template's type and one of its choices, and never the secret (it is a 0600 file;
+    cloud-init logs its apt config: examples/cloud-init/README.md)."""
+    import yaml
+
+    selections = yaml.safe_load(example.read_text())["apt"]["debconf_selections"]
+    seeded = {}
+    for line in "".join(selections.values()).splitlines():
+        owner, question, kind, *value = line.split(None, 3)
+        assert owner == "aks-flex-node" and question.startswith("aks-flex-node/"), line
+        seeded[question.split("/", 1)[1]] = (kind, value[0] if value else "")
+    assert "sp_client_secret" not in seeded
+    assert seeded["join"] == ("boolean", "true")
+    for name, (kind, value) in seeded.items():
+        assert name in QUESTIONS, f"{example.name}: no question {name}"
+        expected_kind, _default, choices = QUESTIONS[name]
+        assert kind == expected_kind, f"{example.name}: {name} is a {expected_kind}, not a {kind}"
+        if choices:
+            assert value in choices, f"{example.name}: {name} = {value!r}, expected one of {choices}"

@@ -42,8 +42,8 @@ def e2e_host():
     missing = [t for t in TOOLS if not shutil.which(t, path=ct.SYSPATH)]
     if missing:
         pytest.fail(f"missing {', '.join(missing)}: `make e2e` installs them from Debian and runs these tests")
-    # The node's himdsd listens on the host's 127.0.0.1:40342 (the container shares its
-    # loopback): one left by `make demo` would answer in its place.
+    # A node on the host's network (`make demo`'s, and test_demo's) has its himdsd on the
+    # host's 127.0.0.1:40342: one a `make demo` left would answer in test_demo's place.
     if ct.port_in_use(HIMDS_PORT):
         pytest.fail(f"127.0.0.1:{HIMDS_PORT} (HIMDS) is taken on this host: is a `make demo` node still "
                     f"running? `make demo-clean` ends it")
@@ -175,12 +175,14 @@ def boot_node(base_root, fresh_emulator, request):
     """boot_node(repo) -> a booted node whose only APT source is `repo`, with the Arc agent's
     settings in place (the agent itself comes with the package, as a Recommends).
 
-    private_network=True: the node gets a network namespace of its own, the emulator's and
-    the mirror's ports forwarded in (several such nodes can run at once; node.c.expose()
-    reaches its ports). before_boot(container): files to put in place before systemd starts.
+    private_network (the default): the node gets a network namespace of its own, the
+    emulator's and the mirror's ports forwarded in, so nodes can run at once, in one test
+    (the fleet scenarios) or in several workers (`make e2e` runs two); node.c.expose()
+    reaches its ports. False: the host's network, as `make demo` runs a node.
+    before_boot(container): files to put in place before systemd starts.
     add_repository=False leaves the APT source to the scenario (cloud-init adds it)."""
 
-    def boot(repo, private_network=False, before_boot=None, hostname="e2e-node", add_repository=True):
+    def boot(repo, private_network=True, before_boot=None, hostname="e2e-node", add_repository=True):
         options = {"hostname": hostname, "before_boot": before_boot}
         if private_network:
             options.update(private_network=True,

@@ -32,6 +32,7 @@ Why this shape:
 """
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -61,9 +62,11 @@ BASE_PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "ca-certificates", "procps", "kmod", "iproute2",
     "python3", "python3-azure", "python3-configobj", "python3-debian", "python3-debconf", "python3-yaml",
     "ucf", "debconf-utils", "perl", "libterm-readline-gnu-perl",
-    # What fleet engines need on a machine (issue 10): both off in the base (BASE_HOOKS),
-    # turned on by the scenarios that use them, in a private network namespace.
-    "cloud-init", "openssh-server",
+    # What fleet engines need on a machine (issue 10): cloud-init and sshd are off in the
+    # base (BASE_HOOKS), turned on by the scenarios that use them; Ansible's apt modules
+    # import python3-apt on the node (they would install it from the node's sources, here
+    # only our repository).
+    "cloud-init", "openssh-server", "python3-apt",
 )
 # Run in the bootstrapped root (mmdebstrap --customize-hook). cloud-init.disabled: its
 # systemd generator then leaves cloud-init out of the boot (cloud-init's docs, "How to
@@ -127,13 +130,18 @@ class BaseRoot:
         if self.stamp.exists():
             return self.tree
         self.cache.mkdir(parents=True, exist_ok=True)
-        if not self.tarball.exists() or not self._runtime_found():
-            self._bootstrap()
-        if self.tree.exists():
-            shutil.rmtree(self.tree)
-        self.tree.mkdir()
-        _run(["tar", "-C", str(self.tree), "--zstd", "-xpf", str(self.tarball)], timeout=900)
-        self.stamp.write_text(str(self.tarball) + "\n")
+        # Several test workers start at once: one builds, the others wait for it.
+        with open(self.cache / "base.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.stamp.exists():
+                return self.tree
+            if not self.tarball.exists() or not self._runtime_found():
+                self._bootstrap()
+            if self.tree.exists():
+                shutil.rmtree(self.tree)
+            self.tree.mkdir()
+            _run(["tar", "-C", str(self.tree), "--zstd", "-xpf", str(self.tarball)], timeout=900)
+            self.stamp.write_text(str(self.tarball) + "\n")
         return self.tree
 
     def runtime_debs(self):
@@ -192,6 +200,51 @@ def restore_sysctls(values):
         except OSError:
             failed.append(key)
     return failed
+
+
+# Containers that run at once (the fleet scenarios, `make e2e` with several workers) share
+# the host's kernel: the snapshot is taken by the first one to boot and put back by the
+# last one to go, recorded in SYSCTL_HOLDERS with the run directories holding it (under a
+# lock, since workers are separate processes). A holder whose run directory is gone was
+# ended by `make e2e-clean` and no longer counts.
+SYSCTL_HOLDERS = CACHE / "host-sysctls.json"
+
+
+@contextlib.contextmanager
+def _holders_locked():
+    SYSCTL_HOLDERS.parent.mkdir(parents=True, exist_ok=True)
+    with open(SYSCTL_HOLDERS.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            record = json.loads(SYSCTL_HOLDERS.read_text())
+        except (OSError, ValueError):
+            record = {"values": None, "holders": []}
+        record["holders"] = [h for h in record["holders"] if os.path.isdir(h)]
+        yield record
+        if record["holders"]:
+            SYSCTL_HOLDERS.write_text(json.dumps(record))
+        else:
+            SYSCTL_HOLDERS.unlink(missing_ok=True)
+
+
+def hold_host_sysctls(run_dir):
+    """The host's values from before any running container changed them (read now when
+    none runs); run_dir is counted as a holder until release_host_sysctls."""
+    with _holders_locked() as record:
+        if not record["holders"]:
+            record["values"] = read_sysctls()
+        record["holders"].append(str(run_dir))
+        return dict(record["values"])
+
+
+def release_host_sysctls(run_dir, values=None):
+    """Drop run_dir as a holder; the last holder puts the values back. Returns the keys
+    that could not be written."""
+    with _holders_locked() as record:
+        record["holders"] = [h for h in record["holders"] if h != str(run_dir)]
+        if record["holders"]:
+            return []
+        return restore_sysctls(record["values"] or values or {})
 
 
 def prepare_kernel_modules(root):
@@ -322,7 +375,7 @@ class Container:
         self.notes.append(prepare_kernel_modules(self.root))
         if self.before_boot:
             self.before_boot(self)
-        self.sysctls = read_sysctls()
+        self.sysctls = hold_host_sysctls(self.run_dir)
         (self.run_dir / "sysctls.json").write_text(json.dumps(self.sysctls))
 
         # CAP_NET_ADMIN: nspawn keeps it only with a private network, and a machine's root
@@ -415,7 +468,7 @@ class Container:
             problems.append(f"still mounted: {left}")
         else:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-        failed = restore_sysctls(self.sysctls)
+        failed = release_host_sysctls(self.run_dir, self.sysctls) if self.sysctls else []
         if failed:
             problems.append(f"host sysctls not restored: {failed}")
         if problems:
@@ -530,7 +583,7 @@ def clean_run_dir(run_dir):
         if netns_leftover((run_dir / "netns").read_text().strip()):
             report.append(f"deleted network namespace {netns_name(run_dir)}")
     with contextlib.suppress(OSError, ValueError):
-        restore_sysctls(json.loads((run_dir / "sysctls.json").read_text()))
+        release_host_sysctls(run_dir, json.loads((run_dir / "sysctls.json").read_text()))
     if left:
         # Never remove through a mount: the bind mounts are host directories.
         raise E2EError(f"still mounted under {run_dir}: {left}")
