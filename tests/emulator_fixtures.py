@@ -123,6 +123,11 @@ class Emulator:
         return self.admin("POST", "tokens", {"principal_id": principal_id, "audience": audience,
                                              "lifetime": lifetime})["access_token"]
 
+    def throttling(self, since=0):
+        """ARM throttling (tests/emulator/throttling.py): figures, bucket levels, the 429 count
+        and the ledger of subscription-level ARM calls from entry `since` on."""
+        return self.admin("GET", f"throttling?since={since}")
+
     def requests(self, server=None, method=None, path_contains=None):
         """The request log, filtered."""
         out = []

@@ -23,6 +23,13 @@ RETRY_TOTAL = 5
 RETRY_CONNECT = 2
 RETRY_READ = 2
 RETRY_STATUS = 4  # 429/5xx; with Retry-After, any status >= 400 (honoured as sent)
+# 429 with a Retry-After is ARM's throttling asking us to wait (Learn, "Understand how Azure
+# Resource Manager throttles requests": "If you send a request before the retry value has
+# elapsed, your request isn't processed and a new retry value is returned"). Many nodes of
+# one fleet share a subscription's token buckets, so one call can see many such answers in
+# a row: they do not spend RETRY_STATUS/RETRY_TOTAL, CALL_TIMEOUT bounds them (and this
+# cap, in case a service answers 429 with tiny waits forever).
+RETRY_THROTTLED = 100
 BACKOFF_FACTOR = 1.0
 BACKOFF_MAX = 16
 CONNECTION_TIMEOUT = 8
@@ -34,6 +41,27 @@ CALL_TIMEOUT = 300
 # azure/core/polling/base_polling.py _extract_delay), which would make a machine DELETE
 # take half a minute for nothing.
 POLLING_INTERVAL = 2
+
+
+class ThrottleAwareRetryPolicy(RetryPolicy):
+    """azure-core's RetryPolicy, except that a 429 carrying a wait (Retry-After, or the
+    retry-after-ms variants azure-core reads) is waited out without spending the retry
+    counts; the policy's absolute timeout still ends the call. Everything else (5xx,
+    connection and read errors) retries exactly as RetryPolicy does."""
+
+    def increment(self, settings, response=None, error=None):
+        if error is None and _throttled(self, response):
+            settings["throttled"] = settings.get("throttled", 0) + 1
+            if settings["throttled"] <= RETRY_THROTTLED:
+                for count in ("total", "status"):  # given back: RetryPolicy.increment takes them again
+                    if settings[count] is not None:
+                        settings[count] += 1
+        return super().increment(settings, response=response, error=error)
+
+
+def _throttled(policy, response):
+    http_response = getattr(response, "http_response", None)
+    return http_response is not None and http_response.status_code == 429 and bool(policy.get_retry_after(response))
 
 
 class Clients:
@@ -75,7 +103,7 @@ class Clients:
             connection_verify=self.endpoints.ca_bundle or True,
             connection_timeout=CONNECTION_TIMEOUT,
             read_timeout=READ_TIMEOUT,
-            retry_policy=RetryPolicy(**self._retry),
+            retry_policy=ThrottleAwareRetryPolicy(**self._retry),
             polling_interval=self.polling_interval,
             # requests' trust_env off: no proxy, no_proxy or REQUESTS_CA_BUNDLE from the
             # environment (azure-core, RequestsTransport use_env_settings).

@@ -11,12 +11,16 @@ POST /clusters         {"name", "resource_group", ["subscription", "kubernetes_v
 POST /resourcegroups   {"name", ["subscription", "location"]}
 POST /tokens           {"principal_id", "audience", ["lifetime"]}: mint a token directly
 DELETE /requests       clear the request log
+GET  /throttling       ARM throttling (throttling.py): figures, bucket levels, 429 count and the
+                       ledger of subscription-level ARM calls (`?since=N`: from entry N on; the
+                       answer's `next` is where the following call should start)
+DELETE /throttling     refill every bucket and clear the ledger (figures unchanged)
 """
 
 import time
 
 from tests.emulator import constants as c
-from tests.emulator import faults, profiles
+from tests.emulator import faults, profiles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
 
@@ -142,6 +146,17 @@ def handle(app, req):
             raise _bad("; ".join(problems))
         token, record = state.mint_token(principal, audience, lifetime, "admin")
         return Response.json(200, {"access_token": token, "expires_on": record["expires_on"]})
+    if route == "throttling" and method == "GET":
+        try:
+            since = int(req.q("since") or 0)
+        except ValueError:
+            raise _bad(f"since = {req.q('since')!r}: expected a ledger index (an integer)")
+        return Response.json(200, throttling.snapshot(state, since))
+    if route == "throttling" and method == "DELETE":
+        state.data["throttling"] = throttling.new_world()
+        state.arm_calls = []
+        state.mark_dirty()
+        return Response.json(200, throttling.snapshot(state))
     if route == "requests" and method == "DELETE":
         state.data["requests"].clear()
         return Response.json(200, [])

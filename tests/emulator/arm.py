@@ -11,7 +11,7 @@ import urllib.parse
 import uuid
 
 from tests.emulator import constants as c
-from tests.emulator import roles
+from tests.emulator import roles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
 # ARM accepts tokens for either spelling of its audience (the error message of real ARM lists these).
@@ -32,19 +32,25 @@ def base_url(req):
     return f"https://{req.header('Host', '127.0.0.1')}"
 
 
-def common_headers(req):
-    """Headers real ARM adds to every answer (rate-limit headers: Learn
-    https://learn.microsoft.com/azure/azure-resource-manager/management/request-limits-and-throttling)."""
-    kind = {"GET": "reads", "HEAD": "reads", "DELETE": "deletes"}.get(req.method, "writes")
+def common_headers(req, state=None):
+    """Headers real ARM adds to every answer. The rate-limit headers (Learn
+    https://learn.microsoft.com/azure/azure-resource-manager/management/request-limits-and-throttling)
+    are throttling.py's: what the call left in its buckets, or for a call refused before
+    admission (401, no subscription in the path) what the buckets hold."""
     request_id = str(uuid.uuid4())
+    ratelimit = getattr(req, "ratelimit", None)
+    if ratelimit is None and state is not None:
+        sub = req.segments[1] if len(req.lower) >= 2 and req.lower[0] == "subscriptions" else c.SUBSCRIPTION_ID
+        with state.lock:
+            ratelimit = throttling.peek_headers(state, req, None, sub)
     return {
+        **(ratelimit or {}),
         "Cache-Control": "no-cache",
         "Pragma": "no-cache",
         "Expires": "-1",
         "x-ms-request-id": request_id,
         "x-ms-correlation-request-id": req.header("x-ms-correlation-request-id") or request_id,
         "x-ms-routing-request-id": f"{c.LOCATION.upper()}:{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}:{request_id}",
-        f"x-ms-ratelimit-remaining-subscription-{kind}": "199" if kind != "reads" else "249",
     }
 
 
@@ -163,6 +169,8 @@ def handle(app, req):
              "The api-version query parameter (?api-version=) is required for all requests.")
     caller = authenticate(state, req)
     seg, low = req.segments, req.lower
+    if len(low) >= 2 and low[0] == "subscriptions":  # subscription-level: ARM's buckets apply
+        throttling.admit(state, req, caller.principal_id, seg[1])
 
     # {scope}/providers/Microsoft.Authorization/{roleAssignments|roleDefinitions|permissions}[/...]
     for i in range(len(low) - 2, -1, -1):

@@ -196,9 +196,12 @@ def _create(app, req, caller, scope, name, existing):
         count = sum(1 for r in state.data["role_assignments"].values()
                     if r["scope"].lower().startswith(f"/subscriptions/{sub}"))
         if count >= state.settings["role_assignment_limit"]:
-            arm.fail(400, "RoleAssignmentLimitExceeded",
-                     f"No more role assignments can be created ({state.settings['role_assignment_limit']}). "
-                     "Remove role assignments that are not needed.")
+            # Learn "Troubleshoot Azure RBAC limits"
+            # (https://learn.microsoft.com/azure/role-based-access-control/troubleshoot-limits):
+            # "No more role assignments can be created (code: RoleAssignmentLimitExceeded)";
+            # 4000 per subscription, counting subscription, resource group and resource scopes
+            # (not management groups). The HTTP status is not documented: 400 is our choice.
+            arm.fail(400, "RoleAssignmentLimitExceeded", "No more role assignments can be created.")
 
     record = state.add_role_assignment(scope, role_guid, principal_id, principal_type, name=name,
                                        created_by=caller.principal_id, description=props.get("description"),

@@ -8,9 +8,17 @@ GET with `Authorization: Basic <file contents>` gets an IMDS-style token (number
 strings) for the identity of the machine `azcmagent connect` bound to this host. A key is
 single-use and expires after `himds_key_ttl` seconds (~60 s is a reported figure; Learn
 documents no lifetime: unverified).
+
+Many hosts on one emulator (the fleet simulation, tests/fleet): the same listener also
+serves /hosts/<machine name>/metadata/identity/oauth2/token, the HIMDS of the host whose
+Arc machine has that resource name. Its challenge keys go to <key dir>/hosts/<name>/ (the
+host's /var/opt/azcmagent/tokens) and it serves that machine's identity as long as the
+machine exists: what `azcmagent connect` on that host installed. The single-host endpoint
+keeps its bind/unbind model.
 """
 
 import os
+import re
 import secrets
 import time
 
@@ -19,6 +27,7 @@ from tests.emulator.entra import KNOWN_RESOURCES
 from tests.emulator.httpbase import HttpError, Response
 
 TOKEN_PATH = "/metadata/identity/oauth2/token"
+HOST_PATH = re.compile(r"^/hosts/([A-Za-z0-9][A-Za-z0-9-]{0,62})" + re.escape(TOKEN_PATH) + "$")
 API_VERSIONS = ("2019-11-01", "2020-06-01")  # Learn's Arc samples use both: accept both
 
 
@@ -44,15 +53,21 @@ def _forget_key(keys, secret):
             pass
 
 
-def _challenge(app):
+def host_key_dir(app, host):
+    """Where the HIMDS of fleet host `host` writes its challenge keys (None: the single host's)."""
+    return app.himds_key_dir if host is None else os.path.join(app.himds_key_dir, "hosts", host)
+
+
+def _challenge(app, host=None):
     state = app.state
-    os.makedirs(app.himds_key_dir, mode=0o700, exist_ok=True)
+    key_dir = host_key_dir(app, host)
+    os.makedirs(key_dir, mode=0o700, exist_ok=True)
     secret = c.HIMDS_KEY_PREFIX + secrets.token_hex(32)
-    path = os.path.join(app.himds_key_dir, secrets.token_hex(16) + ".key")
+    path = os.path.join(key_dir, secrets.token_hex(16) + ".key")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secret)
-    state.data["himds"]["keys"][secret] = {"path": path, "created": time.time()}
+    state.data["himds"]["keys"][secret] = {"path": path, "created": time.time(), "host": host}
     state.data["himds"]["challenges"] += 1
     state.mark_dirty()
     raise _error(401, "unauthorized_client", "Authorization required: read the key file named in WWW-Authenticate "
@@ -62,7 +77,9 @@ def _challenge(app):
 
 def handle(app, req):
     state = app.state
-    if req.path != TOKEN_PATH:
+    host_match = HOST_PATH.match(req.path)
+    host = host_match.group(1) if host_match else None
+    if req.path != TOKEN_PATH and host is None:
         raise _error(404, "not_found", f"No HIMDS endpoint at {req.path}; tokens are at {TOKEN_PATH}.")
     if req.method != "GET":
         raise _error(405, "invalid_request", f"Method {req.method} is not allowed; use GET.")
@@ -80,7 +97,14 @@ def handle(app, req):
         raise _error(400, "invalid_resource",
                      f"AADSTS500011: The resource principal named {resource} was not found in the tenant.")
 
-    bound = state.data["himds"]["bound_machine"]
+    if host is not None:
+        bound = next((m["id"] for m in state.data["machines"].values() if m["name"].lower() == host.lower()),
+                     None)
+        if bound is None:
+            raise _error(404, "not_found", f"No Azure Arc identity on host {host}: no Arc machine of that name "
+                                           "(azcmagent connect has not run there).")
+    else:
+        bound = state.data["himds"]["bound_machine"]
     machine = state.data["machines"].get((bound or "").lower())
     if bound is None:
         raise _error(404, "not_found", "No Azure Arc identity on this host: the machine is not connected "
@@ -92,10 +116,10 @@ def handle(app, req):
     _expire_keys(state)
     header = req.header("Authorization")
     if not header:
-        _challenge(app)
+        _challenge(app, host)
     scheme, _, key = header.partition(" ")
     keys = state.data["himds"]["keys"]
-    if scheme.lower() != "basic" or key.strip() not in keys:
+    if scheme.lower() != "basic" or key.strip() not in keys or keys[key.strip()].get("host") != host:
         raise _error(401, "invalid_client", "The key is unknown, already used or expired: request a new challenge.")
     _forget_key(keys, key.strip())  # single use
 

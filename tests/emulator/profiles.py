@@ -42,6 +42,24 @@ SETTINGS = {
     # Role assignments allowed per subscription (4,000 in Azure: Learn
     # https://learn.microsoft.com/azure/role-based-access-control/troubleshoot-limits).
     "role_assignment_limit": (4000, int),
+    # ARM's subscription throttling (tests/emulator/throttling.py; Learn "Understand how Azure
+    # Resource Manager throttles requests",
+    # https://learn.microsoft.com/azure/azure-resource-manager/management/request-limits-and-throttling):
+    # "on" answers 429 + Retry-After once a bucket is empty; "off" only counts. Each
+    # operation type's bucket size and refill per second per (subscription, principal);
+    # the subscription-wide bucket is arm_global_factor times both.
+    "arm_throttling": ("on", str),
+    "arm_reads_bucket": (250, int),
+    "arm_reads_refill": (25.0, float),
+    "arm_writes_bucket": (200, int),
+    "arm_writes_refill": (10.0, float),
+    "arm_deletes_bucket": (200, int),
+    "arm_deletes_refill": (10.0, float),
+    "arm_global_factor": (15, int),
+    # Seconds between rewrites of state.json: 0 rewrites it after every change (what --resume
+    # tests need); the fleet simulation (tests/fleet) sets a few seconds, as rewriting a world
+    # of 200 nodes on every change stalls every answer behind the lock.
+    "state_save_interval": (0.0, float),
     # Resource-provider namespaces not registered on the subscription: requests to them get
     # 409 MissingSubscriptionRegistration (what azure-mgmt-core's auto-registration policy handles).
     "unregistered_providers": ([], list),
@@ -50,6 +68,7 @@ SETTINGS = {
 _CHOICES = {
     "machine_delete_mode": ("auto", "204"),
     "role_definition_id_style": ("subscription", "provider"),
+    "arm_throttling": ("on", "off"),
 }
 
 

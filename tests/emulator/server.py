@@ -17,7 +17,7 @@ import time
 import traceback
 
 from tests.emulator import (admin, apiserver, arm, artifacts, constants, entra, faults, himds,
-                            profiles, state as state_mod, tls)
+                            profiles, state as state_mod, throttling, tls)
 from tests.emulator.httpbase import DROP, EmulatorServer, HttpError, Response
 
 
@@ -197,9 +197,12 @@ class App:
         if rule is not None and "truncate" in rule:
             response.truncate = rule["truncate"]
         if req.kind == "arm":
-            for key, value in arm.common_headers(req).items():
+            for key, value in arm.common_headers(req, state).items():
                 response.headers.setdefault(key, value)
         self._record(req, response.status, started, fault=_fault_name(rule))
+        if req.kind == "arm":
+            with state.lock:
+                throttling.record(state, req, response.status, started)
         with state.lock:
             state.save_if_dirty()
         return response

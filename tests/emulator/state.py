@@ -15,7 +15,7 @@ import time
 import uuid
 
 from tests.emulator import constants as c
-from tests.emulator import profiles
+from tests.emulator import profiles, throttling
 
 STATE_FILE = "state.json"
 MAX_LOGGED_REQUESTS = 2000  # the oldest entries go first
@@ -51,6 +51,8 @@ class State:
         self.lock = threading.RLock()
         self.dirty = False
         self.data = {}
+        self.arm_calls = []  # throttling's ledger: in memory only (it can be large)
+        self._saved_at = 0.0
         self.reset(keep_tokens=False)
 
     # -- persistence -----------------------------------------------------------------
@@ -68,10 +70,14 @@ class State:
                 json.dump(self.data, f, sort_keys=True)
             os.replace(tmp, self.path)
             self.dirty = False
+            self._saved_at = time.monotonic()
 
     def save_if_dirty(self):
+        """Save a changed world, at most every `state_save_interval` seconds (0: after every
+        change; the emulator's stop() saves whatever is left)."""
         with self.lock:
-            if self.dirty:
+            interval = self.data["settings"].get("state_save_interval", 0)
+            if self.dirty and (not interval or time.monotonic() - self._saved_at >= interval):
                 self.save()
 
     def load(self):
@@ -83,6 +89,7 @@ class State:
             # Settings added since the file was written get their defaults.
             for key, value in profiles.default_settings().items():
                 self.data["settings"].setdefault(key, value)
+            self.data.setdefault("throttling", throttling.new_world())
 
     def forget_himds_keys(self):
         """Delete outstanding HIMDS challenge key files: secrets on disk, not to be left behind."""
@@ -130,8 +137,10 @@ class State:
                 "ports": old.get("ports", {}),
                 "apiserver_ports": old.get("apiserver_ports", {}),
                 "resource_version": 1,
+                "throttling": throttling.new_world(),
             }
             self.data = data
+            self.arm_calls = []
             for sub, rg in world["resource_groups"]:
                 self.add_resource_group(sub, rg)
             for p in world["principals"]:

@@ -61,8 +61,13 @@ class Cell:
 
 
 def short(text, limit=140):
+    """One line of at most `limit` characters, cut in the middle: an error's start says what
+    failed and its end why (a long scratch path in between is what goes)."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 2
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
 
 
 def error_of(summary, stderr):

@@ -44,23 +44,37 @@ FILLER = ".faults-filler"  # what an ENOSPC cell fills a tmpfs with (not the nod
 CHECKSUM_NAME = re.compile(r"/checksums-[0-9a-f]{16}-")
 
 
+def scratch_node(base, emu, himds_key_dir=None, config=None, env=None):
+    """A scratch root under `base` configured against `emu`, with the stand-ins: a
+    tests.harness.Node (its `.fake` is the FakeHost, `.wrapper` the exec-plugin wrapper).
+    The root's /var/opt/azcmagent/tokens is the HIMDS key directory (`himds_key_dir`, by
+    default the emulator's single-host one); `config` overrides config keys, `env` adds to
+    the CLI's environment. Shared with the fleet simulation (tests/fleet)."""
+    base = pathlib.Path(base)
+    fake = FakeHost(emu, base / "host")
+    root = str(fake.root)
+    harness.prepare_root(root)
+    keys = os.path.join(root, "var/opt/azcmagent/tokens")
+    os.makedirs(os.path.dirname(keys), exist_ok=True)
+    os.symlink(himds_key_dir or emu.himds_key_dir, keys)
+    wrapper = harness.exec_plugin_wrapper(str(base))
+    harness.write_config(root, emu, wrapper, extra=config)
+    fake.env.update(env or {})
+    node = harness.Node(root, str(fake.state_dir), emu, fake.env)
+    node.fake, node.wrapper = fake, wrapper
+    return node
+
+
 class CellNode:
     """A scratch node of its own: `emu`, `node` (tests.harness.Node), `base` (its directory)."""
 
     def __init__(self, base):
         self.base = pathlib.Path(base)
         self.emu = start_emulator(self.base / "emulator")
-        fake = FakeHost(self.emu, self.base / "host")
-        self.root = str(fake.root)
-        harness.prepare_root(self.root)
-        keys = os.path.join(self.root, "var/opt/azcmagent/tokens")
-        os.makedirs(os.path.dirname(keys), exist_ok=True)
-        os.symlink(self.emu.himds_key_dir, keys)
-        self.wrapper = harness.exec_plugin_wrapper(str(self.base))
-        harness.write_config(self.root, self.emu, self.wrapper)
-        self.node = harness.Node(self.root, str(fake.state_dir), self.emu, fake.env)
-        self.node.fake = fake
-        self.fake = fake
+        self.node = scratch_node(self.base, self.emu)
+        self.root = self.node.root
+        self.wrapper = self.node.wrapper
+        self.fake = self.node.fake
         self.mounts = []
         with open(self.emu.ca_bundle, "rb") as f:
             ca = f.read()

@@ -10,6 +10,9 @@ import pytest
 from tests.faults import cells, matrix
 
 FAST = [c for c in cells.all_cells() if c.fast]
+# One xdist worker runs the module: its fixture runs every cell at once in its own pool
+# (spread over workers, each would run them all again).
+pytestmark = pytest.mark.xdist_group("fault-subset")
 
 
 @pytest.fixture(scope="module")
