@@ -76,9 +76,11 @@ faults: deps
 # Issue 10: N nodes join one emulated subscription under ARM's documented throttling, then
 # unjoin; the table (calls per node, 429s, the fleet ceiling per role preset) is in
 # docs/fleet.md. `make test` runs a small one (tests/integration/test_fleet.py).
+# SCALE=F divides ARM's figures by F (a small machine cannot send a real fleet's burst).
 N ?= 200
+SCALE ?= 1
 fleet: deps
-	env PATH=$(SYSPATH) $(PY) -m tests.fleet $(N)
+	env PATH=$(SYSPATH) $(PY) -m tests.fleet $(N) --scale $(SCALE)
 
 clean: demo-clean
 	rm -rf $(VENV) build *.egg-info .pytest_cache

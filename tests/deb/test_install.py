@@ -11,6 +11,7 @@ Runs under `make test-deb` (AKS_FLEX_NODE_DEB_TESTS=all); skipped otherwise, as 
 minute (two more the first time, to build the base).
 """
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -56,14 +57,20 @@ def base_tarball():
         return tarball
     require_tools("mmdebstrap")
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    partial = tarball.with_suffix(".partial.tar")
-    result = subprocess.run(["mmdebstrap", "--variant=apt", f"--include={','.join(BASE_PACKAGES)}",
-                             SUITE, str(partial)], capture_output=True, text=True, timeout=1200,
-                            env=debtools.system_env())
-    if result.returncode != 0:
-        partial.unlink(missing_ok=True)
-        pytest.fail(f"mmdebstrap could not build the {SUITE} base:\n{result.stderr[-3000:]}")
-    partial.rename(tarball)
+    # The install test and autopkgtest may ask at once (`make test-deb` runs workers): one
+    # builds, the other waits for it.
+    with open(tarball.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if tarball.exists():
+            return tarball
+        partial = tarball.with_suffix(".partial.tar")
+        result = subprocess.run(["mmdebstrap", "--variant=apt", f"--include={','.join(BASE_PACKAGES)}",
+                                 SUITE, str(partial)], capture_output=True, text=True, timeout=1200,
+                                env=debtools.system_env())
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            pytest.fail(f"mmdebstrap could not build the {SUITE} base:\n{result.stderr[-3000:]}")
+        partial.rename(tarball)
     return tarball
 
 

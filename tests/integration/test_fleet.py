@@ -3,7 +3,11 @@ subscription at once with buckets so small that ARM throttles them, every 429 is
 out as Retry-After says, every node joins, and after the unjoin nothing of theirs is left.
 `make fleet N=200` runs the same code with the documented figures (docs/fleet.md)."""
 
+import pytest
+
+from tests.emulator import throttling
 from tests.fleet import simulation
+from tests.fleet.__main__ import parse_args, scaled_figures
 
 NODES = 6
 # Far below the documented 250/200/200 tokens: six joins need 36 reads and 30 writes, their
@@ -32,3 +36,14 @@ def test_a_small_fleet_joins_under_throttling_and_leaves_nothing(tmp_path):
     assert result.leftovers == {"arc_machines": [], "role_assignments": [], "nodes": []}, report
     assert result.ceilings()["legacy"] == {"assignments_per_node": 3, "max_nodes": (4000 - 3) // 3}
     assert result.ok and report.endswith("PASS")
+
+
+def test_scale_divides_the_documented_figures_and_refuses_nonsense(capsys):
+    scaled = scaled_figures(5)
+    for kind, (bucket, refill) in throttling.DOCUMENTED.items():
+        assert scaled[f"arm_{kind}_bucket"] == bucket // 5 and scaled[f"arm_{kind}_refill"] == refill / 5
+    assert scaled_figures(1000)["arm_writes_bucket"] == 1  # never an empty bucket
+    for bad in ("0.5", "101", "nan"):
+        with pytest.raises(SystemExit):
+            parse_args(["3", "--scale", bad])
+        assert f"--scale = {float(bad):g}: expected a number from 1 to 100" in capsys.readouterr().err
