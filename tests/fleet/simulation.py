@@ -4,9 +4,9 @@ once, then all leave; what ARM saw per node, the throttling, and what is left.
 Each node is what tests/faults/node.py builds for a fault cell (scratch_node: its own root,
 stand-in host commands, the real CLI in a subprocess), with its own machine name, hence its
 own Arc machine and managed identity, and its own HIMDS on the shared emulator
-(/hosts/<name>/..., tests/emulator/himds.py). "At once": every bootstrap process is started
-together (a thread per node waits on its subprocess), unless --parallel K bounds how many
-run at a time.
+(/hosts/<name>/..., tests/emulator/himds.py). "At once": `parallel` bootstraps in flight
+(a thread per node waits on its subprocess), the next starting as one ends; by default 10
+per CPU (default_parallel says why), all N when --parallel N is given.
 
 ARM calls are attributed to nodes from the emulator's throttling ledger
 (GET /_emulator/throttling): our CLI's SDK clients append AZURE_HTTP_USER_AGENT to their
