@@ -153,8 +153,7 @@ def handle(app, req):
             raise _bad(f"since = {req.q('since')!r}: expected a ledger index (an integer)")
         return Response.json(200, throttling.snapshot(state, since))
     if route == "throttling" and method == "DELETE":
-        state.data["throttling"] = throttling.new_world()
-        state.arm_calls = []
+        throttling.reset(state)
         state.mark_dirty()
         return Response.json(200, throttling.snapshot(state))
     if route == "requests" and method == "DELETE":

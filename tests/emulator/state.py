@@ -137,10 +137,9 @@ class State:
                 "ports": old.get("ports", {}),
                 "apiserver_ports": old.get("apiserver_ports", {}),
                 "resource_version": 1,
-                "throttling": throttling.new_world(),
             }
             self.data = data
-            self.arm_calls = []
+            throttling.reset(self)
             for sub, rg in world["resource_groups"]:
                 self.add_resource_group(sub, rg)
             for p in world["principals"]:

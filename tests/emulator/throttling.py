@@ -55,8 +55,17 @@ def new_world():
     return {"buckets": {}, "throttled": 0, "admitted": 0}
 
 
-def _figures(settings, kind):
-    return settings[f"arm_{kind}_bucket"], settings[f"arm_{kind}_refill"]
+def reset(state):
+    """Full buckets, nothing counted, an empty ledger (a reset world, DELETE /throttling)."""
+    state.data["throttling"] = new_world()
+    state.arm_calls = []
+
+
+def _figures(settings, kind, shared=False):
+    """(bucket size, refill per second) of a principal's bucket, or of the subscription-wide
+    one (`shared`: arm_global_factor times both)."""
+    factor = settings["arm_global_factor"] if shared else 1
+    return settings[f"arm_{kind}_bucket"] * factor, settings[f"arm_{kind}_refill"] * factor
 
 
 def _level(bucket, size, rate, now):
@@ -70,11 +79,14 @@ def _level(bucket, size, rate, now):
 def _buckets(state, subscription, principal, kind):
     """[(key, size, rate)] of the buckets a call takes a token from: its principal's and
     the subscription's global one."""
-    size, rate = _figures(state.settings, kind)
-    factor = state.settings["arm_global_factor"]
     sub = subscription.lower()
-    return [(f"{sub}|{(principal or '').lower()}|{kind}", size, rate),
-            (f"{sub}|*|{kind}", size * factor, rate * factor)]
+    return [(f"{sub}|{(principal or '').lower()}|{kind}", *_figures(state.settings, kind)),
+            (f"{sub}|*|{kind}", *_figures(state.settings, kind, shared=True))]
+
+
+def _levels(state, buckets, now):
+    world = state.data["throttling"]
+    return [_level(world["buckets"].get(key), size, rate, now) for key, size, rate in buckets]
 
 
 def _headers(kind, principal_left, global_left):
@@ -91,7 +103,7 @@ def admit(state, req, principal, subscription, now=None):
     world = state.data["throttling"]
     req.throttle = {"kind": kind, "principal": principal, "subscription": subscription, "retry_after": None}
     buckets = _buckets(state, subscription, principal, kind)
-    levels = [_level(world["buckets"].get(key), size, rate, now) for key, size, rate in buckets]
+    levels = _levels(state, buckets, now)
     if state.settings["arm_throttling"] == "off":
         req.ratelimit = _headers(kind, *levels)
         return
@@ -132,10 +144,7 @@ def peek_headers(state, req, principal, subscription, now=None):
     """The remaining-requests headers without taking a token (answers refused before admission)."""
     now = time.time() if now is None else now
     kind = operation_kind(req.method)
-    world = state.data["throttling"]
-    levels = [_level(world["buckets"].get(key), size, rate, now)
-              for key, size, rate in _buckets(state, subscription, principal, kind)]
-    return _headers(kind, *levels)
+    return _headers(kind, *_levels(state, _buckets(state, subscription, principal, kind), now))
 
 
 # -- the ledger: one entry per subscription-level ARM call that reached admission ----------
@@ -159,14 +168,11 @@ def snapshot(state, since=0, now=None):
     now = time.time() if now is None else now
     settings = state.settings
     world = state.data["throttling"]
-    figures = {kind: {"bucket": _figures(settings, kind)[0], "refill_per_second": _figures(settings, kind)[1]}
-               for kind in KINDS}
+    figures = {kind: dict(zip(("bucket", "refill_per_second"), _figures(settings, kind))) for kind in KINDS}
     levels = {}
     for key, bucket in world["buckets"].items():
-        sub, principal, kind = key.split("|")
-        size, rate = _figures(settings, kind)
-        if principal == "*":
-            size, rate = size * settings["arm_global_factor"], rate * settings["arm_global_factor"]
+        _sub, principal, kind = key.split("|")
+        size, rate = _figures(settings, kind, shared=principal == "*")
         levels[key] = round(_level(bucket, size, rate, now), 3)
     return {"enabled": settings["arm_throttling"] == "on", "figures": figures,
             "global_factor": settings["arm_global_factor"], "buckets": levels,

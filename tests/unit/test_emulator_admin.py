@@ -139,9 +139,14 @@ def test_request_log_records_client_request_ids_and_user_agents(fresh_emulator):
         request_id, "probe/1.0", "2024-07-10", 404)
 
 
+LRO_DELAY = 3.0
+
+
 def test_machine_delete_mode_204_and_slow_operations(fresh_emulator):
-    fresh_emulator.settings(lro_delay=0.4)
+    # Long enough that the checks below run while it is in progress, even under xdist's load.
+    fresh_emulator.settings(lro_delay=LRO_DELAY)
     put_machine(fresh_emulator, "slow-delete")
+    deleted_at = time.monotonic()
     status, headers, _ = fresh_emulator.arm_call("DELETE", f"{MACHINE}/slow-delete", "2026-07-15")
     assert status == 202 and "Retry-After" not in headers
     auth = {"Authorization": f"Bearer {fresh_emulator.arm_token()}"}
@@ -149,7 +154,7 @@ def test_machine_delete_mode_204_and_slow_operations(fresh_emulator):
     assert fresh_emulator.http("GET", headers["Location"], headers=auth)[0] == 202
     _, _, deleting = fresh_emulator.arm_call("GET", f"{MACHINE}/slow-delete", "2026-07-15")
     assert deleting["properties"]["provisioningState"] == "Deleting"
-    time.sleep(0.5)
+    time.sleep(max(0.0, deleted_at + LRO_DELAY + 0.2 - time.monotonic()))
     assert fresh_emulator.http("GET", headers["Azure-AsyncOperation"], headers=auth)[2]["status"] == "Succeeded"
     assert fresh_emulator.http("GET", headers["Location"], headers=auth)[0] == 204
     fresh_emulator.settings(machine_delete_mode="204")

@@ -169,7 +169,8 @@ def test_kubelet_registers_its_node_and_posts_ready_until_stopped(fake_host):
 
 def test_kubelet_waits_for_rbac_then_registers(fake_host):
     setup_node(fake_host)
-    fake_host.emulator.settings(rbac_propagation_delay=0.6)
+    # Long enough that the kubelet's first attempt falls inside it, even under xdist's load.
+    fake_host.emulator.settings(rbac_propagation_delay=3.0)
     systemctl(fake_host, "start", "kubelet")
     assert wait_for(lambda: ready(fake_host.emulator)), kubelet_log(fake_host)
     assert "HTTP 403" in kubelet_log(fake_host)
