@@ -65,7 +65,7 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
         full = last_full is None or clock() - last_full >= cloud_interval
         try:
             result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
-                                                    recent_repairs=repaired)
+                                                    recent_repairs=repaired, refresh_pool=joining)
             ok, error = result.ok, result.error
             repaired = result.applied
             unknown.update(result)

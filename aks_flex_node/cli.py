@@ -304,18 +304,26 @@ def cmd_config(args):
         target = args.output or _config_path(args)
         done = importer.import_upstream(args.source, output=target, secret_file=args.secret_file,
                                         root=_root(args), warn=lambda w: print(f"warning: {w}", file=sys.stderr))
-        print(f"wrote {target or config.DEFAULT_PATH}"
-              + (f" and {done.secret_file} (0600)" if done.secret_file else ""))
+        # The secret, a bootstrap token or a cluster CA go to files of their own.
+        written = [f"{done.secret_file} (0600)"] if done.secret_file else []
+        written += [path for path in done.files.values() if path != done.secret_file]
+        print(f"wrote {target or config.DEFAULT_PATH}" + "".join(f" and {path}" for path in written))
         return int(ExitCode.OK)
     cfg = load_config(args)
     if args.config_command == "validate":
         print(f"{cfg.source}: valid")
         return int(ExitCode.OK)
+    from aks_flex_node.steps.agentpool import recorded_overlay
+
+    cfg = recorded_overlay(cfg, _make_host(args))
     effective = cfg.as_dict(redact=True)
     if getattr(args, "json", False):
-        _print_json(effective)
+        _print_json(dict(effective, **({"_origins": cfg.origins} if cfg.origins else {})))
     else:
         for key, value in effective.items():
+            if key in cfg.origins:  # not the file's nor a default: say whose
+                print(f"{key} = {output.ini_value(value)}  # from {cfg.origins[key]}")
+                continue
             if isinstance(value, dict):
                 print(f"[{key}]")
                 for k, v in value.items():

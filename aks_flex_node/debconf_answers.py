@@ -3,8 +3,10 @@
 `render-config` (postinst, before ucf) builds the configuration file from the answers, on
 top of the current file so hand edits stay (docs/preseed.md), and moves a new client
 secret into its own 0600 file and out of debconf's database at once (debconf-devel(7):
-passwords are cleared as soon as they are used). aks_flex_node.maintscript checks the
-files first and calls these only on files that can be used.
+passwords are cleared as soon as they are used). The join mode decides which keys it
+writes: those of another mode are emptied, and bootstrap-token leaves [auth] as it is.
+aks_flex_node.maintscript checks the files first and calls these only on files that can
+be used.
 """
 
 import logging
@@ -13,7 +15,7 @@ import os
 from aks_flex_node import config, paths
 from aks_flex_node.config.fileformat import take_value
 from aks_flex_node.debconf_channel import DebconfError, q
-from aks_flex_node.errors import ConfigProblem
+from aks_flex_node.errors import ConfigError, ConfigProblem
 
 log = logging.getLogger("aks_flex_node.maintscript")
 
@@ -31,6 +33,11 @@ QUESTION_KEYS = {
     "sp_client_id": "sp_client_id",
     "kubernetes_version": "kubernetes_version",
     "role_preset": "role_preset",
+    "join_mode": "join_mode",
+    "agent_pool": "agent_pool",
+    "bootstrap_token_file": "bootstrap_token_file",
+    "api_server": "api_server",
+    "cluster_ca_file": "cluster_ca_file",
 }
 KEY_QUESTIONS = {key: question for question, key in QUESTION_KEYS.items()}
 SECRET_QUESTION = "sp_client_secret"
@@ -38,7 +45,23 @@ SECRET_QUESTION = "sp_client_secret"
 # a select's choices with the first choice, in silence, whenever the question goes
 # through INPUT, shown or not (debconf's Debconf/Element/Noninteractive/Select.pm): the
 # config script keeps such an answer away from INPUT, and answer_problems refuses it.
-SELECT_QUESTIONS = ("cloud", "auth_method", "role_preset", "on_join_failure")
+SELECT_QUESTIONS = ("join_mode", "cloud", "auth_method", "role_preset", "on_join_failure")
+# The keys that mean something in some join modes only (the library refuses them in the
+# others: docs/configuration.md, "Join modes"). render-config empties them in the other
+# modes, as it empties the sp_* keys for another auth_method, so a reconfigure that
+# switches modes leaves nothing behind that the library would refuse.
+MODE_KEYS = {
+    "agent_pool": ("agent-pool",),
+    "bootstrap_token_file": ("agent-pool", "bootstrap-token"),
+    "api_server": ("agent-pool", "bootstrap-token"),
+    "cluster_ca_file": ("agent-pool", "bootstrap-token"),
+    "arc_resource_group": ("arc",),
+    "arc_location": ("arc",),
+    "arc_tags": ("arc",),
+}
+# No Azure call in bootstrap-token mode: the config script does not ask for a credential,
+# and render-config leaves the file's [auth] keys as they are.
+AUTH_KEYS = ("auth_method", "sp_client_id")
 
 
 def choices_of(channel, question):
@@ -47,11 +70,22 @@ def choices_of(channel, question):
     return [c.strip() for c in text.split(",") if c.strip()]
 
 
+def library_expected(key, value):
+    """What the library's check of `key` expects when it refuses `value` (it may say more
+    than the choices: role_preset = minimal points at join_mode = agent-pool), or None."""
+    try:
+        config.from_values({key: value})
+    except ConfigError as err:
+        return next((p.expected for p in err.problems if p.key == key), None)
+    return None
+
+
 def answer_problems(channel):
     """Every answer that cannot be used as given, as ConfigProblem(question, value,
-    expected): a select answer that is not one of its template's choices, a value the
-    configuration file cannot hold ('#', quotes, control characters, not UTF-8). Read
-    before anything is written, so a refused answer changes nothing."""
+    expected): a select answer that is not one of its template's choices (in the
+    library's words when it has some), a value the configuration file cannot hold ('#',
+    quotes, control characters, not UTF-8). Read before anything is written, so a refused
+    answer changes nothing."""
     problems = []
     strings = tuple(name for name in QUESTION_KEYS if name not in SELECT_QUESTIONS)
     for question in SELECT_QUESTIONS + strings:
@@ -63,7 +97,9 @@ def answer_problems(channel):
         if question in SELECT_QUESTIONS:
             choices = choices_of(channel, question)
             if value not in choices:
-                problems.append(ConfigProblem(q(question), value, "one of " + ", ".join(choices)))
+                key = QUESTION_KEYS.get(question)
+                expected = key and library_expected(key, value)
+                problems.append(ConfigProblem(q(question), value, expected or "one of " + ", ".join(choices)))
             continue
         found = []
         take_value(QUESTION_KEYS[question], value, {}, found, origin="write")
@@ -113,7 +149,16 @@ def render_config(channel, output, root, secret, text, secret_file_ok=True):
         host.read_bytes(paths.SHIPPED_DEFAULT) or config.render_default().encode("utf-8"))
     text = base.decode("utf-8")
     values = {key: channel.get(q(question)) for question, key in QUESTION_KEYS.items()}
-    values.update(_auth_values(host, values["auth_method"], text, secret, secret_file_ok))
+    mode = values["join_mode"]
+    if mode == "bootstrap-token":
+        for key in AUTH_KEYS:
+            del values[key]
+        if secret:
+            log.warning("join_mode is bootstrap-token, which uses no Azure credential: the client "
+                        "secret given is not stored")
+    else:
+        values.update(_auth_values(host, values["auth_method"], text, secret, secret_file_ok))
+    values.update({key: "" for key, modes in MODE_KEYS.items() if mode not in modes})
 
     # `output` is a path on this filesystem (the postinst's mktemp under DPKG_ROOT), so it
     # goes to config.write with root "/".

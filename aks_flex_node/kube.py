@@ -59,12 +59,14 @@ def _node_summary(node):
 
 
 class KubeClient:
-    def __init__(self, server, ca_pem, token_provider, timeout=15, policy=None):
+    def __init__(self, server, ca_pem, token_provider=None, timeout=15, policy=None, client_cert=None):
         """`server` is the apiserver URL, `ca_pem` the cluster CA (PEM bytes),
         `token_provider()` returns a bearer token (called per request, so a refreshed
         token is picked up), `policy` the run's http_policy.HttpPolicy (the proxy for the
         apiserver's host, unless no_proxy covers it); None: direct. The environment's
-        proxy variables are never read. The CA is the cluster's, never ca_bundle."""
+        proxy variables are never read. The CA is the cluster's, never ca_bundle.
+        `client_cert`: instead of a token, a PEM file with a client certificate and its key
+        (the kubelet's, in the TLS bootstrap modes); TemporaryError while it does not exist."""
         parts = urllib.parse.urlsplit(server or "")
         if parts.scheme != "https" or not parts.hostname:
             raise KubeError(f"apiserver server = {server!r}: expected an https:// URL")
@@ -76,6 +78,14 @@ class KubeClient:
             context = self.policy.ssl_context(cadata=ca_pem.decode("ascii"))
         except (ssl.SSLError, ValueError, UnicodeDecodeError, AttributeError) as err:
             raise KubeError(f"apiserver certificate-authority-data: expected PEM certificates ({err})") from None
+        if client_cert is not None:
+            try:
+                context.load_cert_chain(client_cert)
+            except FileNotFoundError:
+                raise TemporaryError(f"{client_cert} does not exist: the kubelet has no client certificate yet",
+                                     remedy="the kubelet gets it by TLS bootstrap: journalctl -u kubelet") from None
+            except (ssl.SSLError, OSError) as err:
+                raise KubeError(f"{client_cert}: expected a PEM client certificate and key ({err})") from None
         self._opener = self.policy.opener(self.server, context, _NoRedirect())
 
     def _call(self, method, path):
@@ -84,8 +94,10 @@ class KubeClient:
         request = urllib.request.Request(
             url,
             method=method,
-            headers={"Authorization": f"Bearer {self._token_provider()}", "Accept": "application/json"},
+            headers={"Accept": "application/json"},
         )
+        if self._token_provider is not None:
+            request.add_header("Authorization", f"Bearer {self._token_provider()}")
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
                 status, body = response.status, response.read()
@@ -99,7 +111,7 @@ class KubeClient:
                 raise KubeError(
                     f"apiserver {self.server} presented a certificate the cluster CA does not verify: "
                     f"{reason.verify_message}",
-                    remedy="the CA comes from listClusterUserCredential; check https_proxy (a TLS-intercepting "
+                    remedy="the CA comes from listClusterUserCredential or the pool's bootstrap data; check https_proxy (a TLS-intercepting "
                     "proxy) and that server and CA belong to the same cluster",
                 ) from None
             raise TemporaryError(
@@ -180,3 +192,12 @@ class KubeClient:
                 remedy="check `journalctl -u kubelet` on this machine and `aks-flex-node status`")
 
         return poll(probe, timeout=timeout, delay=interval, give_up=give_up, clock=clock, sleep=sleep)
+
+
+def readyz(server, ca_pem, policy=None, timeout=10):
+    """GET /readyz (anonymous: a public path of every kube-apiserver) over TLS verified with
+    `ca_pem`; return when it answers 200, else raise: TemporaryError for no answer or a 5xx,
+    KubeError when the CA does not vouch for the server or it answers something else."""
+    status, _payload = KubeClient(server, ca_pem, timeout=timeout, policy=policy)._call("GET", "/readyz")
+    if status != 200:
+        raise KubeError(f"apiserver {server} answered {status} to GET /readyz")

@@ -41,22 +41,26 @@ def _identity(cfg):
 
 def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
               ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False,
-              recent_repairs=frozenset()):
+              recent_repairs=frozenset(), refresh_pool=True):
     """Join this node. Returns (RunResult, status dict).
 
     `local_only` (the agent's frequent pass) converges the host but asks Azure nothing: the
     cloud steps reuse the facts the last full run recorded. Without them it is a full run.
     `recent_repairs` (the agent's previous pass's `RunResult.applied`): an action among
     them needed again fails its phase as a repair that did not stick (engine/runner.py).
+    `refresh_pool` False (the agent's full passes on a joined node): in agent-pool mode, the
+    pool's bootstrap data recorded by the last full run stands unless the kubelet needs a
+    new token (each listBootstrapData call mints one: steps/agentpool.py).
     """
     from aks_flex_node.steps.workflow import bootstrap_steps
 
     with RunLock(host, "bootstrap", wait=lock_wait):
         ledger = Ledger(host)
-        cached = ledger.joined.get("facts") if local_only else None
+        cached = ledger.joined.get("facts") if local_only or not refresh_pool else None
         ctx = Context(cfg, host, ledger, data=JoinData.restore(cached), options={
-            "ignore_preflight_errors": set(ignore_preflight_errors), "local_only": bool(cached),
-            "dry_run": dry_run})
+            "ignore_preflight_errors": set(ignore_preflight_errors),
+            "local_only": bool(cached) and local_only, "dry_run": dry_run,
+            "refresh_pool": refresh_pool})
         if ctx.local_only:
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)
@@ -85,7 +89,8 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         if not dry_run:
             if result.ok or ledger.entries():
                 joined = dict(_identity(cfg), subscription_id=cfg.subscription_id,
-                              arc_resource_group=cfg.arc_resource_group)
+                              arc_resource_group=cfg.arc_resource_group,
+                              join_mode=cfg.get("join_mode") or "arc")
                 if result.ok and not ctx.local_only and not only and not skip:
                     joined["facts"] = ctx.data.snapshot()
                 ledger.set_joined(**joined)

@@ -168,7 +168,13 @@ def check_disk(ctx):
                        f"free at least {MIN_FREE_BYTES // 1024**3} GiB")
 
 
+def _arc_mode(ctx):
+    return (ctx.config.get("join_mode") or "arc") == "arc"
+
+
 def check_azcmagent(ctx):
+    if not _arc_mode(ctx):
+        return None  # the other modes use no Arc agent
     command = ctx.config.azcmagent
     installed = (os.path.exists(ctx.host.path(command)) if os.path.isabs(command)
                  else ctx.host.which(command))
@@ -251,6 +257,8 @@ def check_arm(ctx):
 def check_himds(ctx):
     from aks_flex_node.host.azcmagent import Azcmagent
 
+    if not _arc_mode(ctx):
+        return None
     shown = Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
     if not shown or str(shown.get("status", "")).lower() != "connected":
         return None  # nothing to reach before the machine is connected
@@ -266,7 +274,7 @@ def check_cluster_api(ctx):
     from aks_flex_node.steps.kubelet import CA_PATH, api_server_of
 
     try:
-        server, _ca = api_server_of(ctx.host)
+        server, _ca = api_server_of(ctx.host, tls=not _arc_mode(ctx))
     except FlexNodeError:
         return None  # not known before the credentials phase; it is checked there
     ca_file = ctx.host.path(CA_PATH)
@@ -275,6 +283,37 @@ def check_cluster_api(ctx):
     if failure:
         return _unreachable(f"the cluster's API server {server}", failure,
                             "check the firewall and proxy settings")
+
+
+def check_agent_pool(ctx):
+    """Agent-pool mode: the node's identity holds what the join needs on the pool (the Flex
+    Node Agent Role's actions, read through ARM's permissions API, which answers any caller
+    about itself), and the pool is a FlexNodes pool where the identity may read it (the
+    role does not grant agentPools/read; then listBootstrapData, in the cluster phase,
+    answers 404 for a pool that does not exist)."""
+    from aks_flex_node.azure import agentpool, permissions
+
+    cfg = ctx.config
+    if cfg.get("join_mode") != "agent-pool":
+        return None
+    clients, scope = ctx.azure.clients, agentpool.pool_id(cfg.cluster, cfg.agent_pool)
+    blocks = permissions.pool_blocks(clients, cfg.cluster, cfg.agent_pool)
+    missing = [a for a in permissions.POOL_ACTIONS if not permissions.allowed(a, blocks)]
+    if missing:
+        return Finding(ERROR, f"this node's identity lacks {', '.join(missing)} on agent pool {scope}",
+                       f"az role assignment create --assignee <its client ID> --role {agentpool.ROLE_GUID} "
+                       f"--scope {scope} ({agentpool.ROLE_NAME}; it can take minutes to apply)")
+    if not permissions.allowed(permissions.POOL_READ, blocks):
+        return None
+    pool = agentpool.get_pool(clients, cfg.cluster, cfg.agent_pool)
+    if pool is None:
+        return Finding(ERROR, f"agent pool {cfg.agent_pool} does not exist in {cfg.cluster.resource_id}",
+                       f"create it: az aks nodepool add --cluster-name {cfg.cluster.name} --resource-group "
+                       f"{cfg.cluster.resource_group} --name {cfg.agent_pool} --vm-set-type FlexNodes, or set "
+                       "agent_pool to an existing FlexNodes pool")
+    if pool.type != agentpool.FLEX_NODES:
+        return Finding(ERROR, f"agent pool {cfg.agent_pool} is of type {pool.type}, not {agentpool.FLEX_NODES}",
+                       "set agent_pool to a FlexNodes pool (only those take machines from outside Azure)")
 
 
 def check_proxy(ctx):
@@ -302,7 +341,7 @@ CHECKS = (
     ("swap", check_swap), ("kernel-modules", check_modules), ("ip-forward", check_ip_forward),
     ("port-10250", check_port), ("clock", check_clock), ("disk-space", check_disk),
     ("azcmagent", check_azcmagent), ("himds", check_himds), ("proxy", check_proxy),
-    ("azure-endpoints", check_arm),
+    ("azure-endpoints", check_arm), ("agent-pool", check_agent_pool),
     ("cluster-api", check_cluster_api), ("joined-elsewhere", check_joined_elsewhere),
 )
 CHECK_NAMES = tuple(name for name, _ in CHECKS)

@@ -1,27 +1,41 @@
 """Converting the upstream Go agent's config.json (Azure/AKSFlexNode v0.0.x) into our keys.
 
 The schema is upstream's pkg/config/structs.go and pkg/config/config.go (v0.0.10, plus the
-later node.taints and node.kubelet.nodeIP). The result is plain text values by key, for config.write() (by
-`aks-flex-node config import`) or config.from_values() (`--config config.json`); their
-meaning is checked there. This module only maps, and reports what it cannot map: every
-problem at once in a ConfigError, every ignored key in a warning that names it.
+later node.taints and node.kubelet.nodeIP), and the newer shape of the same file that
+mirrors AKS's listBootstrapData answer (docs/usage/configuration.md, legacy_config.go):
+azure.targetAgentPoolName, components.{kubernetes,containerd,runc,sandboxImage},
+networking.{dnsServiceIP,cniVersion}, node.kubelet.{clusterFQDN,caCertData}, agent.nodeName.
+The result is plain text values by key, for config.write() (by `aks-flex-node config
+import`) or config.from_values() (`--config config.json`); their meaning is checked there.
+This module only maps, and reports what it cannot map: every problem at once in a
+ConfigError, every ignored key in a warning that names it.
 
-Two differences of model matter:
-- aks-flex-node always registers the machine with Azure Arc, and the kubelet always
-  authenticates with the Arc machine's identity. Upstream's auth "modes" only choose the
-  credential for our own Azure calls: servicePrincipal -> service-principal,
-  managedIdentity -> managed-identity, and neither -> azure-cli (what upstream does in
-  Arc mode). Bootstrap tokens are not supported.
-- Secrets never go into our configuration file: the SP client secret is returned apart,
-  for the caller to write to a 0600 file named by sp_client_secret_file.
+The join mode comes from what the file holds:
+- targetAgentPoolName and a node credential (servicePrincipal or managedIdentity):
+  join_mode = agent-pool. The credential fetches a fresh token, server and CA from
+  listBootstrapData at every join, so a token, server or CA in the file (the initial
+  ones upstream's boot command renders) is not kept: it expires, and would override AKS's.
+- a bootstrapToken without such a pair: join_mode = bootstrap-token, with
+  node.kubelet.serverURL (v0.0.10) or clusterFQDN (newer) and caCertData (base64 PEM).
+- neither: join_mode = arc, where upstream's auth "modes" only choose the credential for
+  our own Azure calls: servicePrincipal -> service-principal, managedIdentity ->
+  managed-identity, and neither -> azure-cli (what upstream does in Arc mode).
+
+Secrets never go into our configuration file: the SP client secret, the bootstrap token
+and the cluster CA are returned apart, for the caller to write to files the configuration
+names (or to hold in memory).
 """
 
+import base64
+import binascii
 import json
 import os
 import re
 import stat
 
+from aks_flex_node import clouds
 from aks_flex_node.config.checks import shorten
+from aks_flex_node.config.named_files import BOOTSTRAP_TOKEN, BOOTSTRAP_TOKEN_FORM, has_certificate
 from aks_flex_node.errors import ConfigError, ConfigProblem
 
 REDACTED = "***"
@@ -42,10 +56,16 @@ _IGNORED = {
     "node.kubelet.imageGCHighThreshold": "not configurable",
     "node.kubelet.imageGCLowThreshold": "not configurable",
     "node.kubelet.serverURL": "only used with a bootstrap token; the server comes from the cluster",
+    "node.kubelet.clusterFQDN": "only used with a bootstrap token; the server comes from the cluster",
     "node.kubelet.caCertData": "only used with a bootstrap token; the CA comes from the cluster",
+    "azure.arc.enabled": "aks-flex-node decides from targetAgentPoolName and bootstrapToken",
+    "agent.machineClient.mode": "aks-flex-node registers the Machine through ARM (join_mode = agent-pool)",
+    "agent.machineClient.endpointUrl": "aks-flex-node registers the Machine through ARM",
+    "agent.machineReconcileInterval": "aks-flex-node has no Machine reconcile daemon",
+    "agent.requireMachineRegistration": "with join_mode = agent-pool the Machine registration is always required",
+    "agent.machineOperationMode": "with join_mode = agent-pool the Machine is always registered",
 }
 _IGNORED_PREFIXES = {
-    "azure.bootstrapToken.": "bootstrap tokens are not supported",
     "npd.": "aks-flex-node does not install node-problem-detector",
     "paths.": "the paths are fixed",
 }
@@ -60,6 +80,7 @@ class _Conversion:
         self.problems = []
         self.used = set()  # paths read
         self.whole = set()  # objects read with everything in them (labels, tags...)
+        self.mode = "arc"  # join_mode, decided by _join_mode
 
     def get(self, path, kinds=None):
         """The value at a dotted path, or None; a value of the wrong JSON type is a problem."""
@@ -101,6 +122,7 @@ def convert(document):
         raise ConfigError([ConfigProblem("config.json", type(document).__name__, "a JSON object")])
     c = _Conversion(document)
     _azure(c)
+    _join_mode(c)
     _auth(c)
     _arc(c)
     _cluster(c)
@@ -143,8 +165,10 @@ def load_file(path):
         values, secrets, warnings = convert(document)
     except ConfigError as err:
         raise ConfigError(err.problems, source=source) from None
-    if secrets and stat.S_IMODE(st.st_mode) & 0o077:
-        warnings.append(f"{source} holds a client secret and others can read it (mode "
+    held = [what for name, what in (("sp_client_secret", "a client secret"), ("bootstrap_token", "a bootstrap token"))
+            if secrets.get(name)]
+    if held and stat.S_IMODE(st.st_mode) & 0o077:
+        warnings.append(f"{source} holds {' and '.join(held)} and others can read it (mode "
                         f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it, or better, import it and delete it")
     return values, secrets, warnings
 
@@ -156,21 +180,104 @@ def _azure(c):
     c.set("subscription_id", c.text("azure.subscriptionId"))
     c.set("tenant_id", c.text("azure.tenantId"))
     c.set("cloud", c.text("azure.cloud"))
+    arm = c.text("azure.resourceManagerEndpoint")
+    if arm:
+        named = {clouds.endpoints(name).arm: name for name in clouds.NAMES if name != clouds.CUSTOM}
+        cloud = named.get(arm.rstrip("/").lower())
+        if cloud is None:
+            c.problem("azure.resourceManagerEndpoint", arm,
+                      "the ARM endpoint of a known cloud (" + ", ".join(sorted(named)) + "); for another, "
+                      "remove it and set cloud = custom, arm_endpoint and authority_host after the import")
+        elif c.text("azure.cloud") and c.text("azure.cloud") != cloud:
+            c.problem("azure.resourceManagerEndpoint", arm, f"the ARM endpoint of azure.cloud ({c.text('azure.cloud')})")
+        else:
+            c.set("cloud", cloud)
+
+
+def _has_identity(c):
+    azure = c.document.get("azure")
+    return isinstance(azure, dict) and ("servicePrincipal" in azure or "managedIdentity" in azure)
+
+
+def _join_mode(c):
+    """join_mode from targetAgentPoolName, a node credential and bootstrapToken (see the
+    module's docstring), and the bootstrap-token mode's token, server and CA."""
+    pool = c.text("azure.targetAgentPoolName")
+    c.get("azure.bootstrapToken", dict)
+    token = c.get("azure.bootstrapToken.token", str)
+    identity = _has_identity(c)
+    if pool and identity:
+        c.mode = "agent-pool"
+        c.set("join_mode", "agent-pool")
+        c.set("agent_pool", pool)
+        for path in ("azure.bootstrapToken.token", "node.kubelet.serverURL", "node.kubelet.clusterFQDN",
+                     "node.kubelet.caCertData", "azure.bootstrapToken.serverURL", "azure.bootstrapToken.caCertData"):
+            if c.get(path) not in (None, ""):
+                c.warn(path, "with targetAgentPoolName and a node credential, every join fetches a fresh token, "
+                             "server and CA from AKS (listBootstrapData); set bootstrap_token_file, api_server or "
+                             "cluster_ca_file to override them")
+        return
+    if token and token.strip():
+        if identity:
+            c.problem("azure.bootstrapToken", "present along with azure.servicePrincipal or azure.managedIdentity",
+                      "one of them without azure.targetAgentPoolName (upstream v0.0.10 too allows one auth "
+                      "method), or all with targetAgentPoolName for join_mode = agent-pool")
+            return
+        c.mode = "bootstrap-token"
+        c.set("join_mode", "bootstrap-token")
+        if pool:
+            c.warn("azure.targetAgentPoolName", "without servicePrincipal or managedIdentity there is no credential "
+                                                "to register a Machine in the pool: joined with the bootstrap token "
+                                                "alone (join_mode = bootstrap-token)")
+        _bootstrap_token(c, token.strip())
+        return
+    if token is not None:
+        c.warn("azure.bootstrapToken.token", "empty: no bootstrap token to join with")
+    if pool:
+        c.problem("azure.targetAgentPoolName", pool,
+                  "azure.servicePrincipal or azure.managedIdentity along with it: the node's own credential that "
+                  "fetches its bootstrap tokens (aks-flex-node's join_mode = agent-pool takes neither the Azure CLI "
+                  "login nor the Arc identity), or azure.bootstrapToken")
+
+
+def _bootstrap_token(c, token):
+    if not BOOTSTRAP_TOKEN.match(token):
+        c.problem("azure.bootstrapToken.token", REDACTED,
+                  f"a Kubernetes bootstrap token {BOOTSTRAP_TOKEN_FORM} (lowercase letters and digits): it is not "
+                  f"a bootstrap token of the form {BOOTSTRAP_TOKEN_FORM}")
+    else:
+        c.secrets["bootstrap_token"] = token
+    # v0.0.10 reads node.kubelet.serverURL; newer files node.kubelet.clusterFQDN; the
+    # v0.0.10 README put both under azure.bootstrapToken (fixed by Azure/AKSFlexNode#88).
+    server_paths = ("node.kubelet.serverURL", "node.kubelet.clusterFQDN", "azure.bootstrapToken.serverURL")
+    servers = {path: c.text(path) for path in server_paths if c.text(path)}
+    if not servers:
+        c.problem("node.kubelet.serverURL", MISSING, "the API server (node.kubelet.serverURL or clusterFQDN), "
+                                                     "required with a bootstrap token")
+    else:
+        c.set("api_server", next(iter(servers.values())))
+    ca_path = next((p for p in ("node.kubelet.caCertData", "azure.bootstrapToken.caCertData") if c.text(p)), None)
+    if ca_path is None:
+        c.problem("node.kubelet.caCertData", MISSING, "the cluster's CA certificate, base64 PEM, required with a "
+                                                      "bootstrap token")
+        return
+    try:
+        pem = base64.b64decode(c.text(ca_path), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        pem = None
+    if pem is None or not has_certificate(pem):
+        c.problem(ca_path, shorten(c.text(ca_path)), "the base64 of a PEM file holding the cluster's CA "
+                                                     "certificate (a -----BEGIN CERTIFICATE----- block)")
+    else:
+        c.secrets["cluster_ca"] = pem
 
 
 def _auth(c):
     sp = c.get("azure.servicePrincipal", dict)
     has_mi = isinstance(c.document.get("azure"), dict) and "managedIdentity" in c.document["azure"]
     mi = c.get("azure.managedIdentity", (dict, type(None)))
-    token = c.get("azure.bootstrapToken", dict)
-
-    if token is not None:
-        if c.text("azure.bootstrapToken.token"):
-            c.problem("azure.bootstrapToken.token", REDACTED,
-                      "no bootstrap token: aks-flex-node joins through Azure Arc only; remove "
-                      "azure.bootstrapToken and use servicePrincipal, managedIdentity or the Azure CLI")
-        else:
-            c.warn("azure.bootstrapToken", "empty, and bootstrap tokens are not supported")
+    if c.mode == "bootstrap-token":
+        return  # no credential (a pair with one is a problem already)
 
     if sp is not None and has_mi:
         c.problem("azure.managedIdentity", "present along with azure.servicePrincipal",
@@ -205,7 +312,7 @@ def _auth(c):
         if isinstance(mi, dict):
             c.set("managed_identity_client_id", c.text("azure.managedIdentity.clientId"))
         _warn_arc_disabled(c, "a managed identity")
-    else:
+    elif c.mode == "arc":
         # Upstream's Arc mode: the operator's Azure CLI login makes the Azure calls.
         c.set("auth_method", "azure-cli")
         enabled = c.get("azure.arc.enabled", bool)
@@ -218,18 +325,22 @@ def _auth(c):
 
 
 def _warn_arc_disabled(c, what):
-    if c.get("azure.arc.enabled", bool) is not True:
+    if c.mode == "arc" and c.get("azure.arc.enabled", bool) is not True:
         c.warnings.append(f"azure.arc.enabled: not true: aks-flex-node still registers the machine with "
                           f"Azure Arc; {what} makes the Azure calls, the kubelet uses the Arc identity")
 
 
 def _arc(c):
-    name = c.text("azure.arc.machineName")
+    # The node's name: azure.arc.machineName (v0.0.10), agent.nodeName (newer files).
+    path = "azure.arc.machineName" if c.text("azure.arc.machineName") else "agent.nodeName"
+    name = c.text(path)
     if name and name != name.lower():
-        c.warnings.append(f"azure.arc.machineName: {shorten(name)!r} lowercased (Kubernetes node names are "
-                          "lowercase)")
+        c.warnings.append(f"{path}: {shorten(name)!r} lowercased (Kubernetes node names are lowercase)")
         name = name.lower()
     c.set("machine_name", name)
+    if c.mode != "arc":
+        c.text("azure.targetCluster.location")  # the cluster's, read by AKS: nothing to keep
+        return  # arc.resourceGroup, location, tags: no Arc machine, warned about as unused
     c.set("arc_resource_group", c.text("azure.arc.resourceGroup"))
     # Upstream's Arc location defaults to targetCluster.location (config.go); ours to the
     # cluster's actual region, so keep the file's choice either way.
@@ -249,9 +360,20 @@ def _cluster(c):
     c.set("cluster_resource_id", resource_id)
 
 
+def _either(c, key, newer, legacy):
+    """The newer shape's field (components.*, networking.*) or its v0.0.10 one; both
+    giving different values is a problem (which one did the file mean?)."""
+    new_value, old_value = c.text(newer), c.text(legacy)
+    if new_value and old_value and new_value.lstrip("vV") != old_value.lstrip("vV"):
+        c.problem(newer, new_value, f"the same value as {legacy} ({shorten(old_value)}), or only one of them")
+    c.set(key, new_value or old_value)
+
+
 def _versions(c):
-    version = c.text("kubernetes.version")
-    c.set("kubernetes_version", version[1:] if version and version[0] in "vV" else version)
+    _either(c, "kubernetes_version", "components.kubernetes", "kubernetes.version")
+    version = c.values.get("kubernetes_version")
+    if version and version[0] in "vV":
+        c.values["kubernetes_version"] = version[1:]
     template = c.text("kubernetes.urlTemplate")
     if template:
         converted = _from_go_template(template)
@@ -262,15 +384,15 @@ def _versions(c):
             c.set("kubernetes_url", converted)
             c.warnings.append("kubernetes.urlTemplate: converted to kubernetes_url; check that its checksum is at "
                               "{url}.sha256, or set kubernetes_sha256_url (every download is verified)")
-    c.set("containerd_version", c.text("containerd.version"))
-    c.set("pause_image", c.text("containerd.pauseImage"))
+    _either(c, "containerd_version", "components.containerd", "containerd.version")
+    _either(c, "pause_image", "components.sandboxImage", "containerd.pauseImage")
     metrics = c.text("containerd.metricsAddress")
     if metrics and (metrics.startswith(("0.0.0.0:", "[::]:", ":"))):
         c.warnings.append(f"containerd.metricsAddress: {shorten(metrics)} exposes containerd's metrics on every interface; "
                           "aks-flex-node's default is 127.0.0.1:10257")
     c.set("containerd_metrics_address", metrics)
-    c.set("runc_version", c.text("runc.version"))
-    c.set("cni_version", c.text("cni.version"))
+    _either(c, "runc_version", "components.runc", "runc.version")
+    _either(c, "cni_version", "networking.cniVersion", "cni.version")
 
 
 def _from_go_template(template):
@@ -304,7 +426,7 @@ def _node(c):
             c.set("node_taints", ",".join(t.strip() for t in taints))
     c.set("kube_reserved", _pairs(c, "node.kubelet.kubeReserved", "="))
     c.set("eviction_hard", _pairs(c, "node.kubelet.evictionHard", "<"))
-    c.set("cluster_dns", c.text("node.kubelet.dnsServiceIP"))
+    _either(c, "cluster_dns", "networking.dnsServiceIP", "node.kubelet.dnsServiceIP")
     c.set("node_ip", c.text("node.kubelet.nodeIP"))
 
 

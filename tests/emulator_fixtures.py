@@ -119,6 +119,10 @@ class Emulator:
         """Add a cluster (name, resource_group, ...); returns {"id", "apiserver"}."""
         return self.admin("POST", "clusters", spec)
 
+    def add_agent_pool(self, **spec):
+        """Add an agent pool (cluster_id, name, [type, mode, max_pods, labels, taints]); returns {"id"}."""
+        return self.admin("POST", "agentpools", spec)
+
     def mint_token(self, principal_id, audience=constants.AKS_SERVER_APP_ID, lifetime=3600):
         return self.admin("POST", "tokens", {"principal_id": principal_id, "audience": audience,
                                              "lifetime": lifetime})["access_token"]

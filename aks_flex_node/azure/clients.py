@@ -9,6 +9,7 @@ about half a minute instead of azure-core's default ten retries (RetryPolicy,
 azure/core/pipeline/policies/_retry.py in Azure/azure-sdk-for-python).
 """
 
+import random
 import threading
 
 from azure.core.pipeline.policies import RetryPolicy
@@ -30,6 +31,11 @@ RETRY_STATUS = 4  # 429/5xx; with Retry-After, any status >= 400 (honoured as se
 # a row: they do not spend RETRY_STATUS/RETRY_TOTAL, CALL_TIMEOUT bounds them (and this
 # cap, in case a service answers 429 with tiny waits forever).
 RETRY_THROTTLED = 100
+# Added to a 429's Retry-After: a fleet throttled at once would otherwise come back at once
+# and empty the buckets again (the upstream agent jitters its listBootstrapData back-off
+# too, Azure/AKSFlexNode pkg/bootstrapdata). Never less than ARM asked for.
+THROTTLE_JITTER = 0.2  # up to this fraction of the wait...
+THROTTLE_JITTER_MAX = 5.0  # ...and at most this many seconds
 BACKOFF_FACTOR = 1.0
 BACKOFF_MAX = 16
 CONNECTION_TIMEOUT = 8
@@ -48,6 +54,13 @@ class ThrottleAwareRetryPolicy(RetryPolicy):
     retry-after-ms variants azure-core reads) is waited out without spending the retry
     counts; the policy's absolute timeout still ends the call. Everything else (5xx,
     connection and read errors) retries exactly as RetryPolicy does."""
+
+    def get_retry_after(self, response):
+        wait = super().get_retry_after(response)
+        http_response = getattr(response, "http_response", None)
+        if wait and http_response is not None and http_response.status_code == 429:
+            wait += random.uniform(0, min(wait * THROTTLE_JITTER, THROTTLE_JITTER_MAX))
+        return wait
 
     def increment(self, settings, response=None, error=None):
         if error is None and _throttled(self, response):

@@ -66,3 +66,25 @@ def require_join_permissions(clients, cluster_ref, arc_subscription_id, arc_reso
             remedy="grant it Owner on the cluster (or Cluster User Role plus User Access "
             "Administrator), and Azure Connected Machine Onboarding plus delete rights on the "
             "Arc resource group: docs/roles.md lists each action")
+
+
+# What a node of a FlexNodes pool does there: the Flex Node Agent Role's actions (upstream
+# Azure/AKSFlexNode docs/usage/getting-started.md), and what only an operator may.
+_POOL = "Microsoft.ContainerService/managedClusters/agentPools"
+POOL_ACTIONS = (f"{_POOL}/listBootstrapData/action", f"{_POOL}/machines/read", f"{_POOL}/machines/write")
+POOL_READ = f"{_POOL}/read"
+DELETE_MACHINES = f"{_POOL}/deleteMachines/action"
+
+
+def pool_blocks(clients, cluster_ref, pool):
+    """The caller's permission blocks on an agent pool (Permissions_ListForResource)."""
+    perms = clients.authorization(cluster_ref.subscription_id).permissions
+    with azure_errors(f"reading this identity's permissions on agent pool {pool}"):
+        return list(perms.list_for_resource(cluster_ref.resource_group, "Microsoft.ContainerService",
+                                            f"managedClusters/{cluster_ref.name}", "agentPools", pool))
+
+
+def may_delete_machines(clients, cluster_ref, pool):
+    """Whether the caller may delete Machines of the pool (AgentPools_DeleteMachines): the
+    Flex Node Agent Role does not grant it, an operator's Contributor or Owner does."""
+    return allowed(DELETE_MACHINES, pool_blocks(clients, cluster_ref, pool))

@@ -27,15 +27,22 @@ AKS_FLEX_NODE_AGENT = Role("Azure Kubernetes Service Flex Node Agent Role", "8f1
 
 PRESETS = {
     # What upstream v0.0.10 grants (Azure/AKSFlexNode, pkg/components/arc/arc_base.go
-    # getRoleAssignments): cluster-admin for the kubelet.
+    # getRoleAssignments): cluster-admin for the kubelet, which authenticates to the API
+    # server as the Arc identity, so it needs Kubernetes DataActions.
     "legacy": (READER, AKS_RBAC_CLUSTER_ADMIN, AKS_CLUSTER_ADMIN_ROLE),
-    # Only what a node needs, where the dedicated role exists.
-    "minimal": (AKS_FLEX_NODE_AGENT,),
 }
+# There is no "minimal" preset (AKS_FLEX_NODE_AGENT alone) any more: that role's actions
+# are listBootstrapData and machines read/write at the agent pool's scope, with no
+# DataActions (Azure/AKSFlexNode docs/usage/getting-started.md; docs/roles.md), so an
+# Arc-mode kubelet holding only it gets 403 from the API server. Least privilege is
+# join_mode = agent-pool: the node's own identity holds that role at the pool, and the
+# kubelet joins by TLS bootstrapping instead.
+RETIRED = {"minimal": "for least privilege use join_mode = agent-pool (docs/roles.md)"}
 
 
 def preset(name) -> Tuple[Role, ...]:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"role preset = {name!r}: expected one of {', '.join(sorted(PRESETS))}") from None
+        hint = f"; {RETIRED[name]}" if name in RETIRED else ""
+        raise ValueError(f"role preset = {name!r}: expected one of {', '.join(sorted(PRESETS))}{hint}") from None

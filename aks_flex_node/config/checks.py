@@ -64,6 +64,9 @@ MAX_LENGTH = {
     "cidr": 64,
     "dns_domain": 253,  # RFC 1035 section 2.3.4
     "host_port": 262,  # a 253-character name, or [IPv6], and :65535
+    "role_preset": 64,
+    "agent_pool": 64,  # 12 by the pattern; the check says so
+    "api_server": 2048,
 }
 # Learn, "Use tags to organize your Azure resources": at most 50 tag name-value pairs.
 MAX_TAGS = 50
@@ -141,8 +144,81 @@ def check_uuid(value):
 
 
 def check_option(value, *options, **_):
-    if value not in options:
+    # "" reaches a check only through a default of "" (auth_method: required or not
+    # depending on join_mode, which `semantic` decides).
+    if value not in options and value != "":
         raise Invalid(value, "one of " + ", ".join(options))
+    return value
+
+
+ROLE_PRESETS = ("legacy",)
+# The "minimal" preset assigned the Azure Kubernetes Service Flex Node Agent Role
+# (8f139b0f-7eaf-460b-a9da-5b1246d9ed0d) to the Arc identity; that role has no
+# DataActions (Azure/AKSFlexNode docs/usage/getting-started.md), so the kubelet it
+# authenticates gets no Kubernetes permissions and the node never registers. Its
+# least-privilege use is the agent pool's, which join_mode = agent-pool is.
+RETIRED_ROLE_PRESETS = {
+    "minimal": ("legacy; the minimal preset is gone: the Azure Kubernetes Service Flex Node Agent Role "
+                "gives no Kubernetes permissions, so an Arc node with it cannot register. "
+                "For least privilege use join_mode = agent-pool (docs/roles.md)"),
+}
+
+
+def check_role_preset(value):
+    if value in RETIRED_ROLE_PRESETS:
+        raise Invalid(value, RETIRED_ROLE_PRESETS[value])
+    return check_option(value, *ROLE_PRESETS) if value else value
+
+
+# AgentPool names: the AKS spec's agentPoolName pattern (Microsoft.ContainerService
+# aks/preview/2026-05-02-preview/managedClusters.json, parameter AgentPoolNameParameter).
+_AGENT_POOL = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+AGENT_POOL_EXPECTED = ("an agent pool name: a lowercase letter, then up to 11 lowercase letters or digits "
+                       "(such as flexpool)")
+
+
+def check_agent_pool(value):
+    if value == "":
+        return ""
+    if not _AGENT_POOL.match(value):
+        raise Invalid(value, AGENT_POOL_EXPECTED)
+    return value
+
+
+API_SERVER_EXPECTED = ("the API server as an https URL or host[:port], such as "
+                       "https://aks-edge-dns-12345678.hcp.westeurope.azmk8s.io:443 or 10.1.0.4:6443")
+
+
+def api_server_url(value):
+    """An api_server value as https://host:port (443 when it names none), or None if it is
+    not one: an https URL with nothing after the host but "/", or host[:port]."""
+    if any(c.isspace() for c in value) or "\0" in value:
+        return None
+    text = value if "://" in value else "https://" + value
+    try:
+        parts = urlsplit(text)
+        port = parts.port or 443
+    except ValueError:
+        return None
+    host = parts.hostname
+    if parts.scheme != "https" or not host or parts.username or parts.password:
+        return None
+    if parts.path not in ("", "/") or parts.query or parts.fragment or text.endswith(("?", "#")):
+        return None
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        if not all(_DNS_LABEL.match(label) for label in host.split(".")):
+            return None
+        return f"https://{host}:{port}"
+    return f"https://[{address}]:{port}" if address.version == 6 else f"https://{address}:{port}"
+
+
+def check_api_server(value):
+    if value == "":
+        return ""
+    if api_server_url(value) is None:
+        raise Invalid(value, API_SERVER_EXPECTED)
     return value
 
 

@@ -1,12 +1,16 @@
 """`aks-flex-node config import`: the upstream agent's config.json into our configuration
-file and the service principal's secret into its own file, both or neither.
+file and what it holds apart into files of their own: the service principal's secret, a
+bootstrap token (both 0600) and the cluster's CA (0644); all or none.
 
 Everything is checked before anything is written: the flags (where the files go), the
 config.json (readable UTF-8 JSON, convertible), and the very text the configuration file
-would hold, with load()'s checks. Then the secret is written, then the configuration
-(so it never names a secret file that is not there), each atomically, mode 0600, owned by
-the user running the import; the result is loaded again as bootstrap will read it. If a
-write or that last load fails, both files are put back as they were.
+would hold, with load()'s checks. Then the files it names are written, then the
+configuration (so it never names a file that is not there), each atomically, owned by the
+user running the import; the result is loaded again as bootstrap will read it. If a write
+or that last load fails, every file is put back as it was.
+
+The token and the CA go next to the secret file (--secret-file's directory, by default
+/etc/aks-flex-node): bootstrap-token and cluster-ca.crt.
 """
 
 import dataclasses
@@ -21,6 +25,14 @@ from aks_flex_node.errors import ConfigError, ConfigProblem
 from aks_flex_node.host import Host, fs
 
 SECRET_KEY = "sp_client_secret_file"
+# What config.json may hold apart: upstream_config's secret -> (key naming its file, file
+# name next to the secret file (None: the --secret-file path), mode, what it is).
+APART = {
+    "sp_client_secret": (SECRET_KEY, None, 0o600, "azure.servicePrincipal.clientSecret"),
+    "bootstrap_token": ("bootstrap_token_file", "bootstrap-token", 0o600, "azure.bootstrapToken.token"),
+    # A CA certificate is public: 0644, as kubeadm's /etc/kubernetes/pki/ca.crt.
+    "cluster_ca": ("cluster_ca_file", "cluster-ca.crt", 0o644, "node.kubelet.caCertData"),
+}
 
 
 @dataclasses.dataclass
@@ -28,6 +40,7 @@ class Imported:
     config_file: str  # where it is on this filesystem
     secret_file: str | None  # the node path written, None when config.json had no secret
     warnings: list
+    files: dict = dataclasses.field(default_factory=dict)  # key -> node path of every file written but the config
 
 
 def import_upstream(source, output=None, secret_file=None, root="/", warn=None):
@@ -40,30 +53,38 @@ def import_upstream(source, output=None, secret_file=None, root="/", warn=None):
     for warning in warnings:
         if warn:
             warn(warning)
-    secret = secrets.get("sp_client_secret")
-    if secret:
-        if any(ch in secret for ch in "\r\n\0"):
-            raise ConfigError([ConfigProblem("azure.servicePrincipal.clientSecret", upstream_config.REDACTED,
-                                             "a secret on one line")], source=str(source))
-        values[SECRET_KEY] = secret_path
+    files = {}  # key -> (node path, content, mode)
+    for name, (key, file_name, mode, origin) in APART.items():
+        content = secrets.get(name)
+        if not content:
+            continue
+        if name != "cluster_ca" and any(ch in content for ch in "\r\n\0"):
+            raise ConfigError([ConfigProblem(origin, upstream_config.REDACTED, "a secret on one line")],
+                              source=str(source))
+        node_path = secret_path if file_name is None else os.path.join(os.path.dirname(secret_path), file_name)
+        data = content.encode("utf-8")
+        files[key] = (node_path, data if data.endswith(b"\n") else data + b"\n", mode)
+        values[key] = node_path
+    _check_places(files, target, root, source)
     _, text = render(output, values, root)
-    check_text(text, output, root, written={SECRET_KEY} if secret else ())
+    check_text(text, output, root, written=set(files))
 
     host = Host(root)
     kept = {target: _snapshot(target)}
-    if secret:
-        kept[host.path(secret_path)] = _snapshot(host.path(secret_path))
+    for node_path, _, _ in files.values():
+        kept[host.path(node_path)] = _snapshot(host.path(node_path))
     mine = (os.geteuid(), os.getegid())
     try:
-        if secret:
-            host.write_file(secret_path, secret.encode("utf-8") + b"\n", 0o600, owner=mine)
+        for node_path, data, mode in files.values():
+            host.write_file(node_path, data, mode, owner=mine)
         fs.write_file(str(target), text.encode("utf-8"), 0o600, owner=mine)
         load(output, root=root)  # as bootstrap will read it
     except BaseException:
         for path, before in kept.items():
             _restore(path, before)
         raise
-    return Imported(str(target), secret_path if secret else None, warnings)
+    return Imported(str(target), files[SECRET_KEY][0] if SECRET_KEY in files else None, warnings,
+                    files={key: node_path for key, (node_path, _, _) in files.items()})
 
 
 def _targets(output, secret_file, root):
@@ -102,6 +123,21 @@ def _targets(output, secret_file, root):
     if problems:
         raise ConfigError(problems)
     return target, os.path.normpath(secret_path)
+
+
+def _check_places(files, target, root, source):
+    """The token's and the CA's files (next to the secret's) are files of their own."""
+    problems, seen = [], {os.path.abspath(target): "the configuration file"}
+    for key, (node_path, _, _) in files.items():
+        real = os.path.abspath(paths.real_path(root, node_path))
+        if real in seen:
+            problems.append(ConfigProblem(key, node_path, f"another file than {seen[real]}: choose another "
+                                                          "--secret-file (the token and the CA go next to it)"))
+        elif os.path.isdir(real):
+            problems.append(ConfigProblem(key, node_path, "a file, not a directory"))
+        seen[real] = key
+    if problems:
+        raise ConfigError(problems, source=str(source))
 
 
 def _snapshot(path):

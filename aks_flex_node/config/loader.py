@@ -50,12 +50,14 @@ def load(path=None, root="/", overrides=None):
     return _build(raw, problems, source, root, overrides)
 
 
-def from_values(values, root="/", source=None, overrides=None, client_secret=None, warnings=()):
-    """Check a dict of key -> value (text or typed) as if it were a file; return a Config."""
+def from_values(values, root="/", source=None, overrides=None, client_secret=None, warnings=(), held=None):
+    """Check a dict of key -> value (text or typed) as if it were a file; return a Config.
+    `held`: secrets kept in memory instead of files (upstream_config's secrets:
+    sp_client_secret, bootstrap_token, cluster_ca); `client_secret` is held's sp_client_secret."""
     raw, problems = {}, []
     for key, value in values.items():
         take_value(key, value, raw, problems, origin="value")
-    return _build(raw, problems, source, root, overrides, client_secret=client_secret, warnings=warnings)
+    return _build(raw, problems, source, root, overrides, held=_held(held, client_secret), warnings=warnings)
 
 
 def check_text(text, path=None, root="/", overrides=None, client_secret=None, written=()):
@@ -64,15 +66,16 @@ def check_text(text, path=None, root="/", overrides=None, client_secret=None, wr
     the caller writes with this text (their file checks are skipped; their keys count)."""
     file_path = locate(path, root)
     raw, problems = read_file(file_path, lines=text.splitlines())
-    return _build(raw, problems, str(file_path), root, overrides, client_secret=client_secret,
+    return _build(raw, problems, str(file_path), root, overrides, held=_held(None, client_secret),
                   written=written)
 
 
 def load_upstream_json(path, root="/", overrides=None):
     """A Config from the upstream Go agent's config.json (so `--config config.json` works).
 
-    The service principal's secret, if the file has one, is held in memory only
-    (Config.client_secret()); conversion warnings are in Config.warnings.
+    The service principal's secret, a bootstrap token and the cluster's CA, if the file has
+    them, are held in memory only (Config.client_secret(), bootstrap_token(), cluster_ca());
+    conversion warnings are in Config.warnings.
     """
     from aks_flex_node import upstream_config
 
@@ -83,11 +86,18 @@ def load_upstream_json(path, root="/", overrides=None):
     values, secrets, warnings = upstream_config.load_file(file_path)
     for warning in warnings:  # the CLI shows WARNING lines on stderr; the agent's go to the journal
         log.warning("%s: %s", file_path, warning)
-    return from_values(values, root=root, source=str(file_path), overrides=overrides,
-                       client_secret=secrets.get("sp_client_secret"), warnings=warnings)
+    return from_values(values, root=root, source=str(file_path), overrides=overrides, held=secrets,
+                       warnings=warnings)
 
 
-def _build(raw, problems, source, root, overrides, client_secret=None, warnings=(), written=()):
+def _held(held, client_secret):
+    held = {k: v for k, v in (held or {}).items() if v}
+    if client_secret:
+        held["sp_client_secret"] = client_secret
+    return held
+
+
+def _build(raw, problems, source, root, overrides, held=None, warnings=(), written=()):
     problems = list(problems)
     raw = dict(raw)
     for key, value in (overrides or {}).items():
@@ -98,11 +108,12 @@ def _build(raw, problems, source, root, overrides, client_secret=None, warnings=
     reported = {key for key, value in raw.items() if value is None}
     values, failed = _validate(raw, reported, problems)
     failed |= reported
-    check_meaning(values, failed, root, client_secret, problems, written)
+    check_meaning(values, failed, root, held, problems, written)
     if problems:
         problems.sort(key=lambda p: spec.key_order(p.key))
         raise ConfigError(problems, source=source)
-    return Config(values, source=source, root=root, warnings=warnings, client_secret=client_secret)
+    given = {key for key, value in raw.items() if value}
+    return Config(values, source=source, root=root, warnings=warnings, held=held, given=given)
 
 
 def _validate(raw, reported, problems):

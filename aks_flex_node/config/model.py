@@ -73,13 +73,19 @@ class Config(Mapping):
     they mean "the cluster's" (a step resolves them).
     """
 
-    def __init__(self, values, source=None, root="/", warnings=(), client_secret=None):
+    def __init__(self, values, source=None, root="/", warnings=(), client_secret=None, held=None, given=None):
         self._values = dict(values)
         self.source = source
         self.root = Path(root or "/")
         self.paths = Paths(self.root)
         self.warnings = list(warnings)
-        self._client_secret = client_secret  # only from an upstream config.json, held in memory
+        # Secrets only from an upstream config.json, held in memory: sp_client_secret,
+        # bootstrap_token, cluster_ca (PEM text).
+        self._held = dict(held or {})
+        if client_secret:
+            self._held["sp_client_secret"] = client_secret
+        # The keys the file or the overrides gave a non-empty value (None: every key set).
+        self._given = None if given is None else frozenset(given)
         self._cluster = parse_cluster_id(self._values["cluster_resource_id"])
         ca_bundle = self._values.get("ca_bundle") or None
         self._endpoints = clouds.endpoints(
@@ -118,11 +124,68 @@ class Config(Mapping):
         """CloudEndpoints(name, arm, authority, arm_scope, ca_bundle) of the configured cloud."""
         return self._endpoints
 
+    def is_set(self, key):
+        """True when the configuration file (or an override, or an upstream config.json)
+        gave `key` a non-empty value; a default, or a value derived from other keys
+        (arc_resource_group from the cluster), does not count. KeyError for an unknown key."""
+        if key not in self._values and key not in self._held_keys():
+            raise KeyError(f"no configuration key {key!r}")
+        if self._given is None:
+            return bool(self._values.get(key))
+        return key in self._given or key in self._held_keys()
+
+    def _held_keys(self):
+        """The keys whose value is held in memory (they count as set)."""
+        names = {"bootstrap_token": "bootstrap_token_file", "cluster_ca": "cluster_ca_file"}
+        return {names[name] for name in self._held if name in names}
+
+    @property
+    def api_server_url(self):
+        """api_server as https://host:port (port 443 when it names none); "" when unset."""
+        from aks_flex_node.config.checks import api_server_url  # checks imports this module
+
+        value = self._values.get("api_server")
+        return api_server_url(value) if value else ""
+
+    def bootstrap_token(self):
+        """The bootstrap token: the one read from an upstream config.json (held in memory),
+        else the content of bootstrap_token_file; None if neither. ConfigError if the file
+        cannot be read or holds no token (the error never shows what it holds)."""
+        from aks_flex_node.config.named_files import read_bootstrap_token  # named_files -> checks -> here
+
+        if self._held.get("bootstrap_token"):
+            return self._held["bootstrap_token"]
+        node_path = self._values.get("bootstrap_token_file")
+        if not node_path:
+            return None
+        try:
+            return read_bootstrap_token(self.paths.real(node_path))
+        except OSError as err:
+            expected = f"a readable file holding the bootstrap token ({err.__class__.__name__})"
+        except ValueError as err:
+            expected = str(err)
+        raise ConfigError([ConfigProblem("bootstrap_token_file", node_path, expected)], source=self.source)
+
+    def cluster_ca(self):
+        """The cluster's CA certificate(s), PEM text: the one read from an upstream
+        config.json (held in memory), else the content of cluster_ca_file; None if neither."""
+        if self._held.get("cluster_ca"):
+            return self._held["cluster_ca"]
+        node_path = self._values.get("cluster_ca_file")
+        if not node_path:
+            return None
+        try:
+            return self.paths.real(node_path).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError([ConfigProblem("cluster_ca_file", node_path, "a readable PEM file of the cluster's "
+                                             f"CA certificate ({err.__class__.__name__})")],
+                              source=self.source) from None
+
     def client_secret(self):
         """The service principal's client secret: the one read from an upstream config.json
         (held in memory), else the content of sp_client_secret_file; None if neither."""
-        if self._client_secret:
-            return self._client_secret
+        if self._held.get("sp_client_secret"):
+            return self._held["sp_client_secret"]
         node_path = self._values.get("sp_client_secret_file")
         if not node_path:
             return None
@@ -151,6 +214,36 @@ class Config(Mapping):
         url = self._values[f"{name}_url"].format(version=version, arch=arch)
         checksum_url = self._values[f"{name}_sha256_url"].format(url=url, version=version, arch=arch)
         return url, checksum_url
+
+    # Where a value came from when it is not the file's or a default: key -> origin (e.g.
+    # "listBootstrapData"), set by overlaid(); always replaced, never changed in place.
+    origins = {}
+
+    def overlaid(self, values, origin):
+        """This configuration with `values` (key -> typed value: an agent pool's bootstrap
+        data) in place of its own, each checked as the file's value would be. ConfigError
+        naming the key, the origin, the value and what is expected when one fails."""
+        import copy
+
+        from validate import ValidateError
+
+        from aks_flex_node.config import spec
+        from aks_flex_node.config.values import serialize
+
+        checker, checked, problems = spec.validator(), {}, []
+        for key, value in values.items():
+            text = serialize(key, value)
+            try:
+                checked[key] = checker.check(spec.configspec()[spec.section_of(key)][key], text)
+            except ValidateError as err:
+                problems.append(ConfigProblem(f"{key} (from {origin})", shown(key, text),
+                                              getattr(err, "expected", None) or str(err)))
+        if problems:
+            raise ConfigError(problems, source=origin)
+        new = copy.copy(self)
+        new._values = dict(self._values, **checked)
+        new.origins = dict(self.origins, **{key: origin for key in checked})
+        return new
 
     def as_dict(self, redact=True):
         """The effective configuration, by key in file order. With redact, values whose key

@@ -25,6 +25,48 @@ SECRET_MAX_BYTES = 1024
 CERTIFICATE_MAX_BYTES = 64 * 1024
 # Debian's /etc/ssl/certs/ca-certificates.crt, every CA Mozilla trusts, is about 200 KiB.
 CA_BUNDLE_MAX_BYTES = 16 * 1024 * 1024
+# A cluster CA is one certificate (a rotation puts two in it), under 2 KiB each.
+CLUSTER_CA_MAX_BYTES = 1024 * 1024
+
+# A Kubernetes bootstrap token: <token-id>.<token-secret>, 6 and 16 of [a-z0-9]
+# (https://kubernetes.io/docs/reference/access-authn-authz/bootstrap-tokens/#token-format).
+BOOTSTRAP_TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
+BOOTSTRAP_TOKEN_FORM = "<6 chars>.<16 chars>"
+# The token and its newline; a little room for a hand-made file's trailing blanks.
+BOOTSTRAP_TOKEN_MAX_BYTES = 256
+
+
+def bootstrap_token_problem(text):
+    """What is wrong with a bootstrap token, in words that never show it; None if it is one."""
+    if BOOTSTRAP_TOKEN.match(text.strip()):
+        return None
+    return (f"a file holding only a Kubernetes bootstrap token {BOOTSTRAP_TOKEN_FORM} (lowercase letters and "
+            f"digits): what it holds is not a bootstrap token of the form {BOOTSTRAP_TOKEN_FORM}")
+
+
+def check_bootstrap_token_file(key, node_path, root, problems):
+    """bootstrap_token_file: private like a client secret, holding one bootstrap token."""
+    data = _checked_read(key, node_path, root, problems, BOOTSTRAP_TOKEN_MAX_BYTES, "a bootstrap token")
+    if data is None:
+        return
+    try:
+        expected = bootstrap_token_problem(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        expected = bootstrap_token_problem("")
+    if expected:
+        problems.append(ConfigProblem(key, node_path, expected))
+
+
+def read_bootstrap_token(path):
+    """The token in the file at `path` (on this filesystem); ValueError naming what is wrong."""
+    with open(path, "rb") as handle:
+        data = handle.read(BOOTSTRAP_TOKEN_MAX_BYTES + 1)
+    text = data.decode("utf-8", errors="replace")
+    expected = bootstrap_token_problem(text) if len(data) <= BOOTSTRAP_TOKEN_MAX_BYTES else "at most 256 bytes"
+    if expected:
+        raise ValueError(expected)
+    return text.strip()
+
 
 def check_secret_file(key, node_path, root, problems):
     """sp_client_secret_file: the client secret alone, on one line (a trailing newline is fine)."""
@@ -74,6 +116,11 @@ def check_pem_file(key, node_path, root, problems, private, kinds, max_bytes):
         problems.append(ConfigProblem(key, node_path, "a PEM file with an unencrypted private key "
                                                       "(aks-flex-node has no passphrase to give): "
                                                       "openssl pkey -in <file> -out <new file>"))
+
+
+def has_certificate(text):
+    """True when `text` holds a PEM CERTIFICATE block (its BEGIN and END lines)."""
+    return _has_block(text, "CERTIFICATE")
 
 
 def _has_block(text, kind):

@@ -11,7 +11,7 @@ import socket
 
 from aks_flex_node import clouds, paths
 from aks_flex_node import strictmodes
-from aks_flex_node.config import named_files
+from aks_flex_node.config import named_files, spec
 from aks_flex_node.config.checks import MACHINE_NAME_EXPECTED, is_machine_name
 from aks_flex_node.config.model import parse_cluster_id
 from aks_flex_node.config.values import serialize
@@ -23,10 +23,35 @@ from aks_flex_node.errors import ConfigProblem
 MANAGED_LABEL = "kubernetes.azure.com/managed=false"
 
 
-def check_meaning(values, failed, root, client_secret, problems, written=()):
+# What each join mode needs and what means nothing in it (docs/configuration.md, "Join
+# modes"). Keys with a non-empty default (himds_endpoint, azcmagent, role_preset...) are
+# not listed as meaningless: the shipped file sets them, whatever the mode.
+JOIN_MODES = ("arc", "agent-pool", "bootstrap-token")
+_FILE_MODE_KEYS = ("bootstrap_token_file", "api_server", "cluster_ca_file")
+_ARC_ONLY_KEYS = ("arc_resource_group", "arc_location", "arc_tags")
+_USED_BY = {
+    "agent_pool": ("agent-pool",),
+    "bootstrap_token_file": ("agent-pool", "bootstrap-token"),
+    "api_server": ("agent-pool", "bootstrap-token"),
+    "cluster_ca_file": ("agent-pool", "bootstrap-token"),
+    "arc_resource_group": ("arc",),
+    "arc_location": ("arc",),
+    "arc_tags": ("arc",),
+}
+# With agent-pool the [auth] credential is the node's own, held for its whole life (it
+# fetches every new bootstrap token): root's Azure CLI login is a person's and expires.
+AGENT_POOL_AUTH = ("service-principal", "managed-identity")
+
+
+def check_meaning(values, failed, root, held, problems, written=()):
     """Checks across keys and against the host, on the values that passed validate.
-    `written`: keys naming files the caller is about to write (not checked on disk)."""
+    `held`: secrets held in memory instead of their files (from an upstream config.json:
+    sp_client_secret, bootstrap_token, cluster_ca). `written`: keys naming files the
+    caller is about to write (not checked on disk)."""
     ok = lambda *names: not any(n in failed for n in names)  # noqa: E731
+    held = held or {}
+
+    failed |= _check_join_mode(values, ok, held, problems)  # a refused key's file is not read
 
     if ok("cluster_resource_id"):
         cluster = parse_cluster_id(values["cluster_resource_id"])
@@ -59,13 +84,18 @@ def check_meaning(values, failed, root, client_secret, problems, written=()):
                     problems.append(ConfigProblem(key, values[key], f"no value with cloud = {values['cloud']} "
                                                   "(its endpoints are known); set cloud = custom to use your own"))
 
-    _check_auth(values, ok, client_secret, problems)
+    _check_auth(values, ok, held.get("sp_client_secret"), problems)
 
     if ok("ca_bundle") and values["ca_bundle"]:
         named_files.check_pem_file("ca_bundle", values["ca_bundle"], root, problems, private=False,
                                    kinds=("CERTIFICATE",), max_bytes=named_files.CA_BUNDLE_MAX_BYTES)
     if ok("sp_client_secret_file") and values["sp_client_secret_file"] and "sp_client_secret_file" not in written:
         named_files.check_secret_file("sp_client_secret_file", values["sp_client_secret_file"], root, problems)
+    if ok("bootstrap_token_file") and values["bootstrap_token_file"] and "bootstrap_token_file" not in written:
+        named_files.check_bootstrap_token_file("bootstrap_token_file", values["bootstrap_token_file"], root, problems)
+    if ok("cluster_ca_file") and values["cluster_ca_file"] and "cluster_ca_file" not in written:
+        named_files.check_pem_file("cluster_ca_file", values["cluster_ca_file"], root, problems, private=False,
+                                   kinds=("CERTIFICATE",), max_bytes=named_files.CLUSTER_CA_MAX_BYTES)
     if ok("sp_certificate_file") and values["sp_certificate_file"]:
         named_files.check_pem_file("sp_certificate_file", values["sp_certificate_file"], root, problems,
                                    private=True, kinds=("CERTIFICATE", "PRIVATE KEY"),
@@ -91,14 +121,61 @@ def check_meaning(values, failed, root, client_secret, problems, written=()):
             labels.append(MANAGED_LABEL)
 
 
+def _check_join_mode(values, ok, held, problems):
+    """The keys each join mode requires, refuses (they would mean nothing: as sp_* keys
+    with another auth_method, or endpoints with a known cloud) and the credential it takes.
+    Returns the keys refused."""
+    refused = set()
+    if not ok("join_mode"):
+        return refused
+    mode = values["join_mode"]
+    for key, modes in _USED_BY.items():
+        if mode not in modes and ok(key) and values.get(key):
+            refused.add(key)
+            problems.append(ConfigProblem(key, serialize(key, values[key]),
+                                          f"no value with join_mode = {mode}: it is used with join_mode = "
+                                          f"{' or '.join(modes)} only"))
+    if mode == "agent-pool" and ok("agent_pool") and not values["agent_pool"]:
+        problems.append(ConfigProblem("agent_pool", "", "the name of the cluster's FlexNodes agent pool this node "
+                                                        "joins (agent_pool is required with join_mode = agent-pool)"))
+    if mode == "bootstrap-token":
+        needs = {
+            "bootstrap_token_file": (held.get("bootstrap_token"), "a file (owned by root, mode 0600) holding the "
+                                     f"bootstrap token {named_files.BOOTSTRAP_TOKEN_FORM}"),
+            "api_server": (None, "the API server's https URL or host[:port]"),
+            "cluster_ca_file": (held.get("cluster_ca"), "a PEM file of the cluster's CA certificate"),
+        }
+        for key, (in_memory, what) in needs.items():
+            if ok(key) and not values[key] and not in_memory:
+                problems.append(ConfigProblem(key, "", f"{what} ({key} is required with join_mode = bootstrap-token)"))
+    if not ok("auth_method"):
+        return refused
+    method = values["auth_method"]
+    hint = "; sp_client_id is set, so service-principal?" if ok("sp_client_id") and values.get("sp_client_id") else ""
+    if mode == "arc" and not method:
+        problems.append(ConfigProblem("auth_method", "", spec.required_expected("auth_method") + hint))
+    elif mode == "agent-pool" and method not in AGENT_POOL_AUTH:
+        problems.append(ConfigProblem(
+            "auth_method", method,
+            f"{' or '.join(AGENT_POOL_AUTH)} with join_mode = agent-pool: the node must keep its own credential, "
+            "which fetches every new bootstrap token (root's Azure CLI login is a person's, and expires)"
+            + (" (auth_method is required)" if not method else "") + hint))
+    return refused
+
+
 def _check_auth(values, ok, client_secret, problems):
     if not ok("auth_method"):
-        if ok("sp_client_id") and values.get("sp_client_id"):
-            for problem in problems:
-                if problem.key == "auth_method" and problem.value == "":
-                    problem.expected += "; sp_client_id is set, so service-principal?"
         return
     method = values["auth_method"]
+    if not method:
+        # Required and reported by _check_join_mode, or not needed (bootstrap-token),
+        # where a method's keys still mean nothing without it.
+        if ok("join_mode") and values["join_mode"] == "bootstrap-token":
+            for key in ("sp_client_id", "sp_client_secret_file", "sp_certificate_file", "managed_identity_client_id"):
+                if ok(key) and values[key]:
+                    problems.append(ConfigProblem(key, values[key], "no value without an auth_method: set "
+                                                                    "auth_method to the method it belongs to"))
+        return
     sp_keys = ("sp_client_id", "sp_client_secret_file", "sp_certificate_file")
     if method == "service-principal":
         if ok("sp_client_id") and not values["sp_client_id"]:

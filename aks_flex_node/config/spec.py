@@ -40,6 +40,9 @@ CHECKS = {
     "dns_domain": checks.check_dns_domain,
     "host_port": checks.check_host_port,
     "host_list": checks.check_host_list,
+    "role_preset": checks.check_role_preset,
+    "agent_pool": checks.check_agent_pool,
+    "api_server": checks.check_api_server,
 }
 
 

@@ -9,6 +9,10 @@ from aks_flex_node.engine.data import JoinData
 class Context:
     def __init__(self, config, host, ledger, options=None, log=None, data=None):
         self.config = config
+        # The operator's configuration as loaded. In agent-pool mode the cluster phase
+        # replaces `config` with it overlaid by the pool's values (steps/agentpool.py);
+        # every other step waits for that phase, so none sees the swap half-way.
+        self.base_config = config
         self.host = host
         self.ledger = ledger
         self.options = dict(options or {})

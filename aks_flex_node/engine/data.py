@@ -21,9 +21,14 @@ class JoinData:
     principal_id: Optional[str] = None  # owner: arc (the machine's managed identity)
     preflight: List[Any] = dataclasses.field(default_factory=list)  # owner: preflight
     node_token: Any = None  # the node identity's API server token, reused within a run
+    # owner: cluster, in agent-pool mode: the config keys the pool's bootstrap data gives
+    pool_values: Optional[dict] = None
+    # owner: cluster, in the TLS bootstrap modes: a secret, never persisted (the ledger
+    # keeps no token: a later run that needs one asks the pool for a new one)
+    bootstrap_token: Optional[str] = dataclasses.field(default=None, repr=False)
 
     # What a local pass reuses from the last full run.
-    PERSISTED = ("kubernetes_version", "arc_location", "server", "ca_pem", "principal_id")
+    PERSISTED = ("kubernetes_version", "arc_location", "server", "ca_pem", "principal_id", "pool_values")
 
     def snapshot(self):
         out = {}

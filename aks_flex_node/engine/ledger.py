@@ -5,7 +5,8 @@ Unbootstrap walks it backwards, so it removes what we created and only that. Eac
 parent_dir (removed only when empty of anything we did not create), state_dir (a service's
 state directory we created: it goes with its content, never across a mount), cache_dir,
 unit, role_assignment, arc_machine, azcmagent_connection, node, artifact (the files an
-install from one URL writes, recorded before the first of them: steps/artifacts.py).
+install from one URL writes, recorded before the first of them: steps/artifacts.py),
+agentpool_machine (the node's Machine in its FlexNodes pool: steps/agentpool.py).
 `joined` holds what the node is joined to and the facts of the last full run.
 
 `owed` holds obligations (engine/step.Obligation): a restart or a unit reload that a change
@@ -35,7 +36,8 @@ FORMAT_VERSION = 1
 # undoing the rest and dropping the ledger would leave that thing behind unrecorded.
 KINDS = frozenset({
     "file", "dir", "parent_dir", "state_dir", "cache_dir", "unit", "role_assignment",
-    "arc_machine", "azcmagent_connection", "azcmagent_config", "node", "artifact"})
+    "arc_machine", "azcmagent_connection", "azcmagent_config", "node", "artifact",
+    "agentpool_machine"})
 
 
 # What we write (_empty, record, owe, set_joined); `version` is checked on its own.

@@ -104,6 +104,11 @@ class ArcStep(Step):
     needs = ("cluster",)
     cloud = True
 
+    def run_if(self, ctx):
+        from aks_flex_node.steps.agentpool import arc_only
+
+        return arc_only(ctx) or super().run_if(ctx)
+
     def check(self, ctx):
         from aks_flex_node.azure import arc
         from aks_flex_node.host.azcmagent import Azcmagent

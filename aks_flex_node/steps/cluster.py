@@ -6,14 +6,25 @@ from aks_flex_node.errors import FlexNodeError
 
 class ClusterStep(Step):
     name = "cluster"
-    help = "read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's permissions"
+    help = ("read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's "
+            "permissions; in agent-pool mode, the pool's bootstrap data")
     branch = CREDENTIALS
     needs = ("preflight",)
     full_pass_only = True
 
+    def run_if(self, ctx):
+        from aks_flex_node.steps.agentpool import tls_bootstrap
+
+        if tls_bootstrap(ctx.base_config):
+            return None  # a local pass, too, needs the pool's values laid over the config
+        return super().run_if(ctx)
+
     def check(self, ctx):
         from aks_flex_node.azure import aks, permissions
+        from aks_flex_node.steps import agentpool
 
+        if agentpool.tls_bootstrap(ctx.base_config):
+            return agentpool.read_join_facts(ctx)
         cfg = ctx.config
         cluster = aks.get_cluster(ctx.azure.clients, cfg.cluster)
         # Every host change waits for this step (steps/workflow.py): a missing permission
@@ -36,14 +47,18 @@ class ClusterStep(Step):
 
 class CredentialsStep(Step):
     name = "credentials"
-    help = "read the cluster's API server URL and CA (no admin credential is fetched or kept)"
+    help = ("read the cluster's API server URL and CA (no admin credential is fetched or kept); "
+            "in the TLS bootstrap modes, check the API server answers with that CA")
     branch = CREDENTIALS
     needs = ("cluster",)
     full_pass_only = True
 
     def check(self, ctx):
         from aks_flex_node.azure import aks
+        from aks_flex_node.steps import agentpool
 
+        if agentpool.tls_bootstrap(ctx.config):
+            return agentpool.check_api_server(ctx)
         server, ca_pem = aks.server_and_ca(ctx.azure.clients, ctx.config.cluster)
         ctx.data.server, ctx.data.ca_pem = server, ca_pem
         return Plan(noop_reason=f"API server {server}")

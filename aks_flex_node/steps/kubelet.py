@@ -1,9 +1,16 @@
 """The kubelet: its kubeconfig (exec credential plugin), configuration, unit and drop-in.
 
-Nothing secret is written: the kubeconfig names `aks-flex-node token`, which fetches a short
-lived Entra token for the Arc identity from HIMDS on each refresh (the upstream agent,
+Arc mode writes nothing secret: the kubeconfig names `aks-flex-node token`, which fetches a
+short lived Entra token for the Arc identity from HIMDS on each refresh (the upstream agent,
 Azure/AKSFlexNode v0.0.10 pkg/components/kubelet/, wrote a token.sh script with the service
 principal's secret in it, mode 0755).
+
+The agent-pool and bootstrap-token modes join by TLS bootstrap
+(kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/): we write a
+bootstrap kubeconfig (0600: it holds the bootstrap token) only while the kubelet has no
+client certificate that will last; the kubelet makes its key, has its CSR signed, writes
+its own kubeconfig and certificate under /var/lib/kubelet and renews the certificate itself
+(rotateCertificates).
 
 What the kubelet reads (its CA, kubeconfig, configuration, unit and drop-in) owes a kubelet
 restart when its content changes; the unit files also owe a systemd reload.
@@ -16,11 +23,14 @@ import os
 from aks_flex_node.engine.step import ACTIVATE, Plan, Step, reload_units, restart
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import tracked
+from aks_flex_node.steps.agentpool import tls_bootstrap, token_needed
 from aks_flex_node.steps.runtime import CONTAINERD_SOCKET, plan_service_proxy
 
 KUBELET_BIN = "/usr/local/bin/kubelet"
 KUBELET_DIR = "/var/lib/kubelet"
 KUBECONFIG = KUBELET_DIR + "/kubeconfig"
+BOOTSTRAP_KUBECONFIG = KUBELET_DIR + "/bootstrap-kubeconfig"
+CERT_DIR = KUBELET_DIR + "/pki"
 KUBELET_CONFIG = KUBELET_DIR + "/config.yaml"
 CA_PATH = "/etc/kubernetes/certs/ca.crt"
 UNIT_PATH = "/etc/systemd/system/kubelet.service"
@@ -68,6 +78,22 @@ def kubeconfig(cfg, server, ca_pem, root):
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
+def bootstrap_kubeconfig(cfg, server, ca_pem, token):
+    """The kubelet's bootstrap kubeconfig: the bootstrap token as a static bearer token."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cfg.cluster.name, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "users": [{"name": "kubelet-bootstrap", "user": {"token": token}}],
+        "contexts": [{"name": "bootstrap",
+                      "context": {"cluster": cfg.cluster.name, "user": "kubelet-bootstrap"}}],
+        "current-context": "bootstrap",
+    }
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
 def _pairs(items, sep):
     out = {}
     for item in items:
@@ -91,7 +117,8 @@ def kubelet_config(cfg, resolv_conf):
         "maxPods": cfg.max_pods,
         "readOnlyPort": 0,
         "protectKernelDefaults": True,
-        "rotateCertificates": False,
+        # The kubelet renews its own client certificate in the TLS bootstrap modes.
+        "rotateCertificates": tls_bootstrap(cfg),
         "serverTLSBootstrap": False,
         "resolvConf": resolv_conf,
         "staticPodPath": "/etc/kubernetes/manifests",
@@ -113,8 +140,10 @@ def kubelet_args(cfg):
         # Without it the cloud-controller-manager deletes a node it cannot find in Azure
         # (Azure/AKSFlexNode pkg/config/structs.go forces it too, upstream PR #46).
         labels.append(MANAGED_LABEL)
-    args = [f"--config={KUBELET_CONFIG}", f"--kubeconfig={KUBECONFIG}",
-            f"--hostname-override={cfg.machine_name}", f"--node-labels={','.join(labels)}"]
+    args = [f"--config={KUBELET_CONFIG}", f"--kubeconfig={KUBECONFIG}"]
+    if tls_bootstrap(cfg):
+        args += [f"--bootstrap-kubeconfig={BOOTSTRAP_KUBECONFIG}", f"--cert-dir={CERT_DIR}"]
+    args += [f"--hostname-override={cfg.machine_name}", f"--node-labels={','.join(labels)}"]
     if cfg.node_taints:
         args.append(f"--register-with-taints={','.join(cfg.node_taints)}")
     if cfg.node_ip:
@@ -152,18 +181,24 @@ def dropin(cfg):
             f"ExecStart={KUBELET_BIN} {' '.join(kubelet_args(cfg))} $KUBELET_EXTRA_ARGS\n").encode()
 
 
-def api_server_of(host):
-    """(server URL, CA PEM) from the kubelet's kubeconfig as we wrote it; TemporaryError
-    when it is gone (the API server is then not known on this node)."""
-    raw = host.read_bytes(KUBECONFIG)
-    if raw is None:
-        raise TemporaryError(f"{KUBECONFIG} is gone: the API server is not known")
-    try:
-        cluster = json.loads(raw.decode("utf-8"))["clusters"][0]["cluster"]
-        return cluster["server"], base64.b64decode(cluster["certificate-authority-data"])
-    except (ValueError, KeyError, IndexError, TypeError) as err:
-        raise FlexNodeError(f"{KUBECONFIG} is not the kubeconfig aks-flex-node wrote ({err})",
-                            remedy="aks-flex-node bootstrap writes it again")
+def api_server_of(host, tls=False):
+    """(server URL, CA PEM) from the kubeconfig we wrote (in the TLS bootstrap modes, the
+    bootstrap kubeconfig, else the kubelet's own, which the kubelet writes in YAML);
+    TemporaryError when none is there (the API server is then not known on this node)."""
+    import yaml
+
+    candidates = (BOOTSTRAP_KUBECONFIG, KUBECONFIG) if tls else (KUBECONFIG,)
+    for path in candidates:
+        raw = host.read_bytes(path)
+        if raw is None:
+            continue
+        try:
+            cluster = yaml.safe_load(raw.decode("utf-8"))["clusters"][0]["cluster"]
+            return cluster["server"], base64.b64decode(cluster["certificate-authority-data"])
+        except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError) as err:
+            raise FlexNodeError(f"{path} is not a kubeconfig with a server and its CA ({err})",
+                                remedy="aks-flex-node bootstrap writes it again")
+    raise TemporaryError(f"{' and '.join(candidates)}: gone: the API server is not known")
 
 
 def resolv_conf(host):
@@ -192,7 +227,9 @@ class KubeletStep(tracked.OwnsPaths, Step):
         cfg, plan, data = ctx.config, Plan(), ctx.data
         for path in DIRS:
             self.plan_dir(ctx, plan, path)
-        if data.server is None:
+        if tls_bootstrap(cfg):
+            self._plan_tls_bootstrap(ctx, plan)
+        elif data.server is None:
             plan.add(f"write {KUBECONFIG} and {CA_PATH}", "the API server is not known yet",
                      owes=_restart(KUBECONFIG))
         else:
@@ -215,3 +252,28 @@ class KubeletStep(tracked.OwnsPaths, Step):
         if not plan.actions:
             plan.noop_reason = "kubeconfig, configuration, unit and drop-in as wanted"
         return plan
+
+    def _plan_tls_bootstrap(self, ctx, plan):
+        cfg, data = ctx.config, ctx.data
+        if data.server is None:
+            plan.add(f"write {BOOTSTRAP_KUBECONFIG} and {CA_PATH}", "the API server is not known yet",
+                     owes=_restart(BOOTSTRAP_KUBECONFIG))
+            return
+        tracked.plan_file(ctx, plan, self.name, CA_PATH, data.ca_pem, 0o644,
+                          why="the cluster CA", owes=_restart(CA_PATH))
+        if ctx.ledger.has("file", KUBECONFIG):
+            # Ours from Arc mode (an exec-plugin kubeconfig): the kubelet would use it
+            # instead of bootstrapping.
+            plan.add(f"remove {KUBECONFIG}", "the Arc mode's kubeconfig; this mode joins by TLS bootstrap",
+                     lambda: tracked.forget_file(ctx, KUBECONFIG), owes=_restart(KUBECONFIG))
+        if not token_needed(ctx.host):
+            return  # the kubelet has a good certificate and renews it: no token is needed
+        if data.bootstrap_token is None:
+            plan.add_unknown(f"the kubelet's bootstrap token ({BOOTSTRAP_KUBECONFIG})",
+                             "the kubelet has no valid client certificate, and a local pass asks "
+                             "the pool for no token: the next full pass does")
+            return
+        tracked.plan_file(ctx, plan, self.name, BOOTSTRAP_KUBECONFIG,
+                          bootstrap_kubeconfig(cfg, data.server, data.ca_pem, data.bootstrap_token), 0o600,
+                          why="the kubelet has no client certificate that will last: it joins by TLS bootstrap",
+                          owes=_restart(BOOTSTRAP_KUBECONFIG))

@@ -28,9 +28,15 @@ def node_token(ctx):
     return cached.access_token
 
 
-def kube_client(ctx):
+def kube_client(ctx, tls=None):
+    """A client as the node: in Arc mode with the Arc identity's token, in the TLS bootstrap
+    modes with the kubelet's client certificate (TemporaryError until it has one)."""
     from aks_flex_node import kube
+    from aks_flex_node.steps.agentpool import KUBELET_CLIENT_CERT, tls_bootstrap
 
+    if tls if tls is not None else tls_bootstrap(ctx.config):
+        return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy,
+                               client_cert=str(ctx.host.path(KUBELET_CLIENT_CERT)))
     return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, lambda: node_token(ctx),
                            policy=ctx.http_policy)
 
@@ -52,6 +58,11 @@ class PropagationStep(Step):
     branch = IDENTITY
     needs = ("roles", "credentials")
     full_pass_only = True
+
+    def run_if(self, ctx):
+        from aks_flex_node.steps.agentpool import arc_only
+
+        return arc_only(ctx) or super().run_if(ctx)
 
     def check(self, ctx):
         plan = Plan()
@@ -87,10 +98,13 @@ class NodeReadyStep(Step):
     cloud = True  # its undo deletes the Node object from the cluster
 
     def check(self, ctx):
+        from aks_flex_node.steps.agentpool import client_cert_expiry, tls_bootstrap
+
         plan = Plan()
         name = ctx.config.machine_name
+        tls = tls_bootstrap(ctx.config)
         # Without an identity (a dry run on a new node) there is nobody to ask as.
-        if ctx.data.server and ctx.data.principal_id:
+        if ctx.data.server and (client_cert_expiry(ctx.host) if tls else ctx.data.principal_id):
             node = kube_client(ctx).get_node(name)
             if node is not None:
                 ctx.adopt(self.name, "node", name)
@@ -102,8 +116,14 @@ class NodeReadyStep(Step):
         return plan
 
     def _wait(self, ctx):
-        name = ctx.config.machine_name
-        kube_client(ctx).wait_node_ready(name, timeout=ctx.config.node_ready_timeout, interval=1)
+        from aks_flex_node.steps.agentpool import tls_bootstrap
+
+        name, timeout = ctx.config.machine_name, ctx.config.node_ready_timeout
+        if tls_bootstrap(ctx.config):
+            _wait_tls(ctx, name, timeout)
+            ctx.ledger.record(self.name, "node", name, credential="kubelet-client-certificate")
+            return
+        kube_client(ctx).wait_node_ready(name, timeout=timeout, interval=1)
         ctx.ledger.record(self.name, "node", name)
 
     def plan_undo(self, ctx, entries):
@@ -112,15 +132,17 @@ class NodeReadyStep(Step):
             if entry["kind"] == "node":
                 plan.add(f"delete Kubernetes node {entry['id']}",
                          f"registered by this node; the {self.name} phase recorded it",
-                         lambda e=entry: self._delete(ctx, e["id"]))
+                         lambda e=entry: self._delete(ctx, e))
         return plan
 
     @staticmethod
-    def _delete(ctx, name):
+    def _delete(ctx, entry):
         """With the node's own identity, while it still has its roles (the roles phase is
-        undone after this one)."""
-        ctx.data.server, ctx.data.ca_pem = api_server_of(ctx.host)
-        kube_client(ctx).delete_node(name)
+        undone after this one) or its client certificate (the Node authorizer lets a node
+        delete its own Node: kubernetes.io/docs/reference/access-authn-authz/node/)."""
+        name, tls = entry["id"], entry.get("credential") == "kubelet-client-certificate"
+        ctx.data.server, ctx.data.ca_pem = api_server_of(ctx.host, tls=tls)
+        kube_client(ctx, tls=tls).delete_node(name)
         ctx.ledger.forget("node", name)
 
 
@@ -129,3 +151,22 @@ def _ready(node):
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"
     return False
+
+
+def _wait_tls(ctx, name, timeout):
+    """Wait for the Node to be Ready, asking as the kubelet: a client made per attempt,
+    since the certificate appears (TLS bootstrap) and changes (rotation) meanwhile."""
+    from aks_flex_node import kube
+    from aks_flex_node.polling import poll
+
+    def probe():
+        try:
+            node = kube_client(ctx, tls=True).get_node(name)
+        except (kube.Unauthorized, kube.Forbidden, TemporaryError) as err:
+            return False, err.message
+        return (True, node) if node is not None and _ready(node) else (False, kube._node_summary(node))
+
+    return poll(probe, timeout=timeout, delay=1, give_up=lambda last: TemporaryError(
+        f"node {name!r} not Ready after {timeout:g}s; last seen: {last}",
+        remedy="check `journalctl -u kubelet` (TLS bootstrap: its CSR, its certificate) and "
+        "`aks-flex-node status`"))

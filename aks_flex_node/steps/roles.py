@@ -22,6 +22,11 @@ class RolesStep(Step):
     cloud = True
     full_pass_only = True
 
+    def run_if(self, ctx):
+        from aks_flex_node.steps.agentpool import arc_only
+
+        return arc_only(ctx) or super().run_if(ctx)
+
     def check(self, ctx):
         from aks_flex_node.azure import rbac
 

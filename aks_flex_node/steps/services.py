@@ -22,7 +22,8 @@ class ServicesStep(Step):
     name = "services"
     help = "enable and start containerd and the kubelet (restart only what a change calls for)"
     branch = ACTIVATE
-    needs = ("system", "containerd-config", "cni-config", "kubelet", "rbac-propagation")
+    # The Machine is registered before the kubelet starts (agent-pool mode), as upstream does.
+    needs = ("system", "containerd-config", "cni-config", "kubelet", "rbac-propagation", "machine")
 
     def check(self, ctx):
         systemd, plan, owed = ctx.host.systemd, Plan(), ctx.obligations()

@@ -183,6 +183,14 @@ def plan_undo_leftover_dirs(ctx):
     return plan
 
 
+def forget_file(ctx, path):
+    """Undo one file of ours now, as unbootstrap would: restore its backup, or remove it."""
+    entry = ctx.ledger.get("file", path)
+    if entry is None:
+        return []
+    return _restore(ctx, entry) if entry.get("backup") else _remove_file(ctx, path)
+
+
 def _restore(ctx, entry):
     path, backup = entry["id"], entry["backup"]
     original = ctx.host.read_bytes(backup)

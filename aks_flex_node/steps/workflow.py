@@ -12,6 +12,7 @@ Unbootstrap undoes the same steps in reverse order, then removes the directories
 became empty once every phase was undone.
 """
 
+from aks_flex_node.steps.agentpool import MachineStep
 from aks_flex_node.steps.arc import ArcStep
 from aks_flex_node.steps.cluster import ClusterStep, CredentialsStep
 from aks_flex_node.steps.kubelet import KubeletStep
@@ -25,7 +26,7 @@ from aks_flex_node.steps.system import SystemStep
 from aks_flex_node.steps.tracked import LeftoverDirsStep
 
 STEP_CLASSES = (
-    PreflightStep, ClusterStep, ArcStep, RolesStep, SystemStep, RuncStep, ContainerdBinariesStep,
+    PreflightStep, ClusterStep, ArcStep, RolesStep, MachineStep, SystemStep, RuncStep, ContainerdBinariesStep,
     ContainerdConfigStep, KubernetesBinariesStep, CniPluginsStep, CniConfigStep, CredentialsStep,
     KubeletStep, PropagationStep, ServicesStep, NodeReadyStep,
 )

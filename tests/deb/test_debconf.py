@@ -6,6 +6,7 @@ with a message and no join, hand edits survive a reconfigure, the secret leaves 
 import os
 import shutil
 import socket
+import ssl
 import stat
 import time
 
@@ -16,6 +17,7 @@ from tests import harness
 from tests.deb import sandbox as sb_mod
 from tests.deb.test_maintscripts import CLIENT, CLUSTER, TENANT, loopback_cloud, preseed_join
 from tests.deb.conftest import require_tools
+from tests.deb.test_templates import documented_preseeds
 from tests.emulator import constants as C
 from tests.emulator_fixtures import fake_env
 
@@ -161,7 +163,8 @@ def test_a_value_that_cannot_be_written_is_refused_not_dropped(sandbox):
 
 @pytest.mark.parametrize("question, value, choices", [
     ("auth_method", "password", "service-principal, azure-cli, managed-identity"),
-    ("role_preset", "admin", "legacy, minimal"),
+    ("role_preset", "admin", "legacy"),
+    ("join_mode", "agentpool", "arc, agent-pool, bootstrap-token"),
     ("cloud", "AzureMars", "AzurePublicCloud, AzureUSGovernment, AzureChinaCloud, custom"),
     ("on_join_failure", "sometimes", "retry-in-background, fail-install"),
 ])
@@ -185,6 +188,168 @@ def test_a_select_answer_that_is_not_a_choice_is_refused_in_retry_mode_without_a
     assert result.returncode == 0, result.stderr
     assert "aks-flex-node/role_preset = 'admin'" in result.stderr
     nothing_written(sandbox)
+
+
+# ---- issue 11: the minimal preset is gone, join modes ----------------------------------------
+
+
+@pytest.mark.parametrize("mode, code", [("fail-install", 2), ("retry-in-background", 0)])
+def test_a_preseeded_minimal_role_preset_is_refused_and_points_at_agent_pool_mode(sandbox, mode, code):
+    # Before: "minimal" was a choice, and the join gave the Arc identity a role without
+    # DataActions, so the kubelet got 403. Now it is refused, never replaced by legacy.
+    preseed_join(sandbox, role_preset=("select", "minimal"), on_join_failure=("select", mode))
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert result.returncode == code, result.stderr
+    assert "aks-flex-node/role_preset = 'minimal': expected legacy" in result.stderr
+    assert "join_mode = agent-pool" in result.stderr
+    assert sandbox.get("role_preset") == "minimal"  # not replaced by debconf's first choice
+    nothing_written(sandbox)
+
+
+def test_a_file_that_still_says_minimal_is_refused_on_reconfigure(sandbox):
+    # A file written when "minimal" was a choice: the config script copies it into debconf,
+    # and the postinst refuses it; the file stays as it is, for the admin to fix.
+    install_without_join(sandbox)
+    sandbox.set_conf_value("role_preset", "minimal")
+    before = sandbox.path(sb_mod.CONF).read_bytes()
+    sandbox.preseed({"join": ("boolean", "true"), "on_join_failure": ("select", "fail-install")})
+    result = sandbox.run("postinst", "configure", "0.1.0", env={"DEBCONF_RECONFIGURE": "1"}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "aks-flex-node/role_preset = 'minimal'" in result.stderr and "join_mode = agent-pool" in result.stderr
+    assert sandbox.path(sb_mod.CONF).read_bytes() == before
+    assert sandbox.status() is None
+
+
+def seed_documented(sb, mode, **answers):
+    """docs/preseed.md's example for `mode`, with `answers` on top."""
+    seeded = dict(documented_preseeds()[mode])
+    seeded.update(answers)
+    sb.preseed(seeded)
+
+
+def test_the_documented_agent_pool_preseed_configures_agent_pool_mode(sandbox):
+    seed_documented(sandbox, "agent-pool", join=("boolean", "false"))
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sandbox.conf_value("join_mode") == "agent-pool"
+    assert sandbox.conf_value("agent_pool") == "flexpool"
+    assert sandbox.conf_value("auth_method") == "service-principal"
+    assert sandbox.conf_value("sp_client_secret_file") == sb_mod.SECRET
+    assert sandbox.get("sp_client_secret") == ""
+    # The library takes the result as it is.
+    cfg = config.load(root=str(sandbox.root))
+    assert cfg.join_mode == "agent-pool" and cfg.agent_pool == "flexpool"
+
+
+BOOTSTRAP_TOKEN = "k8sabc.zyxwvutsrqponmlk"
+
+
+def write_bootstrap_files(sb):
+    token = sb.path("/etc/aks-flex-node/bootstrap-token")
+    token.parent.mkdir(parents=True, exist_ok=True)
+    token.write_text(BOOTSTRAP_TOKEN + "\n")
+    token.chmod(0o600)
+    cafile = ssl.get_default_verify_paths().cafile
+    ca = open(cafile, "rb").read() if cafile and os.path.isfile(cafile) else \
+        b"-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n"
+    sb.path("/etc/aks-flex-node/cluster-ca.crt").write_bytes(ca)
+
+
+def test_the_documented_bootstrap_token_preseed_asks_no_credential_and_loads(sandbox):
+    write_bootstrap_files(sandbox)
+    seed_documented(sandbox, "bootstrap-token", join=("boolean", "false"))
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sandbox.conf_value("join_mode") == "bootstrap-token"
+    assert sandbox.conf_value("bootstrap_token_file") == "/etc/aks-flex-node/bootstrap-token"
+    assert sandbox.conf_value("api_server") == "https://aks-edge-dns-12345678.hcp.westeurope.azmk8s.io:443"
+    # No Azure credential: the [auth] keys are left as the shipped file has them, no secret.
+    assert sandbox.conf_value("auth_method") == ""
+    assert not sandbox.path(sb_mod.SECRET).exists()
+    # The token is in its own file only, never in debconf's database.
+    assert files_holding(sandbox.root, BOOTSTRAP_TOKEN) == [str(sandbox.path("/etc/aks-flex-node/bootstrap-token"))]
+    assert config.load(root=str(sandbox.root)).join_mode == "bootstrap-token"
+
+
+def test_switching_from_agent_pool_to_arc_leaves_no_agent_pool_key(sandbox):
+    seed_documented(sandbox, "agent-pool", join=("boolean", "false"),
+                    api_server=("string", "10.1.0.4:6443"))
+    assert sandbox.run("postinst", "configure", "", timeout=60).returncode == 0
+    assert sandbox.conf_value("api_server") == "10.1.0.4:6443"  # an override, kept in agent-pool mode
+    sandbox.set_conf_value("join_mode", "arc")
+    sandbox.preseed({"tags": ("string", "site=lyon")})
+    reconfigure(sandbox)
+    # The library refuses these with join_mode = arc: render-config empties them.
+    assert sandbox.conf_value("agent_pool") == "" and sandbox.conf_value("api_server") == ""
+    assert sandbox.conf_value("arc_tags") == "site=lyon"
+    assert config.load(root=str(sandbox.root)).join_mode == "arc"
+
+
+def test_switching_to_agent_pool_empties_the_arc_only_keys(sandbox):
+    install_without_join(sandbox, tags=("string", "site=lyon"), location=("string", "westeurope"))
+    assert sandbox.conf_value("arc_tags") == "site=lyon"
+    # The file wins over a new preseed (docs/preseed.md#file-wins): the mode is edited there.
+    sandbox.set_conf_value("join_mode", "agent-pool")
+    sandbox.preseed({"agent_pool": ("string", "flexpool")})
+    reconfigure(sandbox)
+    assert sandbox.conf_value("join_mode") == "agent-pool"
+    assert sandbox.conf_value("arc_tags") == "" and sandbox.conf_value("arc_location") == ""
+    config.load(root=str(sandbox.root))
+
+
+def agent_pool_loopback_cloud(sb):
+    """loopback_cloud's file, in agent-pool mode (the file's join_mode wins over a preseed)."""
+    loopback_cloud(sb)
+    sb.set_conf_value("join_mode", "agent-pool")
+
+
+def test_a_preseeded_azure_cli_in_agent_pool_mode_is_refused_saying_why(sandbox):
+    seed_documented(sandbox, "agent-pool", auth_method=("select", "azure-cli"),
+                    on_join_failure=("select", "fail-install"))
+    agent_pool_loopback_cloud(sandbox)
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "aks-flex-node/auth_method (auth_method in /etc/aks-flex-node/aks-flex-node.conf): 'azure-cli'" \
+        in result.stderr
+    assert "service-principal or managed-identity with join_mode = agent-pool" in result.stderr
+    assert "Azure CLI login is a person's" in result.stderr
+    assert sandbox.status() is None and not sandbox.path(sb_mod.PENDING).exists()
+
+
+def test_a_bad_agent_pool_name_is_named_with_the_library_message(sandbox):
+    seed_documented(sandbox, "agent-pool", agent_pool=("string", "Flex_Pool"),
+                    on_join_failure=("select", "fail-install"))
+    agent_pool_loopback_cloud(sandbox)
+    started = time.monotonic()
+    result = sandbox.run("postinst", "configure", "", timeout=60)
+    assert time.monotonic() - started < 30  # the config script's loop broke at once
+    assert result.returncode == 2, result.stderr
+    assert "aks-flex-node/agent_pool (agent_pool in /etc/aks-flex-node/aks-flex-node.conf): 'Flex_Pool'" \
+        in result.stderr
+    assert "a lowercase letter, then up to 11 lowercase letters or digits" in result.stderr
+    assert sandbox.status() is None
+
+
+def test_an_interactive_agent_pool_install_re_asks_azure_cli_and_a_bad_pool_name(sandbox):
+    # Teletype: a select is answered by its number. join_mode 2 = agent-pool; auth_method
+    # 2 = azure-cli (refused, with why), then 1 = service principal.
+    # join = no, at threshold medium: what a join would need is asked, nothing of low priority.
+    answers = ["no", "2", TENANT, CLUSTER, "Flex_Pool", "flexpool", "2", "1", CLIENT, SECRET]
+    result = sandbox.run("postinst", "configure", "", env={"DEBIAN_FRONTEND": "teletype", "DEBIAN_PRIORITY": "medium"},
+                         input="\n".join(answers) + "\n", timeout=60)
+    assert result.returncode == 0, result.stderr + result.stdout
+    screen = result.stdout
+    assert "How the machine joins the cluster:" in screen
+    assert screen.count("Name of the Flex Node agent pool:") == 2
+    assert 'The value "Flex_Pool" cannot be used' in screen
+    assert screen.count("How to authenticate to Azure for the join:") == 2
+    assert 'The value "azure-cli" cannot be used' in screen
+    assert "Azure CLI login is a person's" in screen
+    # Arc-only questions and the bootstrap overrides (low priority) were not asked.
+    assert "Tags of the Arc machine:" not in screen and "File holding the bootstrap token:" not in screen
+    assert sandbox.conf_value("join_mode") == "agent-pool"
+    assert sandbox.conf_value("agent_pool") == "flexpool"
+    assert sandbox.conf_value("auth_method") == "service-principal"
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "0", "inf", "nan", "1e9", "\u0666\u0660", "86401", "60\n"])
@@ -306,12 +471,13 @@ def test_an_interactive_install_re_asks_an_invalid_answer_and_shows_progress(san
     # debconf's teletype frontend reads the answers from stdin: the same questions, error
     # template and progress bar a dialog user sees.
     loopback_cloud(sandbox)
-    answers = ["yes", "not-a-uuid", TENANT, CLUSTER, "1", CLIENT, SECRET]
+    answers = ["yes", "1", "not-a-uuid", TENANT, CLUSTER, "1", CLIENT, SECRET]
     result = sandbox.run("postinst", "configure", "", env={"DEBIAN_FRONTEND": "teletype"},
                          input="\n".join(answers) + "\n", timeout=60)
     assert result.returncode == 0, result.stderr
     screen = result.stdout
     assert screen.count("Microsoft Entra tenant ID:") == 2  # asked again after the error
+    assert "How the machine joins the cluster:" in screen  # asked first, at high priority
     assert 'The value "not-a-uuid" cannot be used' in screen
     assert "Client secret of the service principal:" in screen
     assert SECRET not in screen  # a password is not echoed

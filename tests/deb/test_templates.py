@@ -26,8 +26,15 @@ QUESTIONS = {
     "sp_client_id": ("string", None, None),
     "sp_client_secret": ("password", None, None),
     "kubernetes_version": ("string", "", None),
-    "role_preset": ("select", "legacy", ["legacy", "minimal"]),
+    # Only legacy: "minimal" cannot work on Azure (issue 11); a preseeded one is refused.
+    "role_preset": ("select", "legacy", ["legacy"]),
     "on_join_failure": ("select", "retry-in-background", ["retry-in-background", "fail-install"]),
+    # Issue 11: how the machine joins, and what the agent-pool and bootstrap-token modes need.
+    "join_mode": ("select", "arc", ["arc", "agent-pool", "bootstrap-token"]),
+    "agent_pool": ("string", None, None),
+    "bootstrap_token_file": ("string", None, None),
+    "api_server": ("string", None, None),
+    "cluster_ca_file": ("string", None, None),
 }
 
 
@@ -144,6 +151,38 @@ def test_docs_and_the_example_preseed_cover_every_question():
     with pytest.raises(Exception) as err:
         config.from_values(values)
     assert [p.key for p in err.value.problems] == ["sp_client_secret_file"]
+
+
+def documented_preseeds():
+    """The preseed examples of docs/preseed.md, by join mode: {mode: {question: (type, value)}}."""
+    doc = (debtools.REPO / "docs" / "preseed.md").read_text()
+    examples = {}
+    for block in re.findall(r"```\n(aks-flex-node .*?)```", doc, re.S):
+        seeded = {}
+        for line in block.splitlines():
+            owner, question, kind, *value = line.split(None, 3)
+            assert owner == "aks-flex-node" and question.startswith("aks-flex-node/"), line
+            seeded[question.split("/", 1)[1]] = (kind, value[0] if value else "")
+        examples[seeded.get("join_mode", ("select", "arc"))[1]] = seeded
+    return examples
+
+
+def test_docs_show_a_preseed_for_each_join_mode_with_known_questions_and_choices():
+    examples = documented_preseeds()
+    assert sorted(examples) == ["agent-pool", "arc", "bootstrap-token"]
+    for mode, seeded in examples.items():
+        for name, (kind, value) in seeded.items():
+            assert name in QUESTIONS, f"{mode}: no question {name}"
+            assert kind == QUESTIONS[name][0], (mode, name)
+            if QUESTIONS[name][2]:
+                assert value in QUESTIONS[name][2], (mode, name, value)
+    # Each mode's example answers what that mode needs, and nothing of another mode.
+    assert examples["agent-pool"]["agent_pool"] == ("string", "flexpool")
+    assert examples["agent-pool"]["auth_method"][1] != "azure-cli"
+    assert {"bootstrap_token_file", "api_server", "cluster_ca_file"} <= set(examples["bootstrap-token"])
+    assert "auth_method" not in examples["bootstrap-token"]
+    for mode in ("agent-pool", "bootstrap-token"):
+        assert not {"resource_group", "location", "tags", "role_preset"} & set(examples[mode]), mode
 
 
 @pytest.mark.parametrize("example", sorted((debtools.REPO / "examples" / "cloud-init").glob("*.yaml")),

@@ -9,6 +9,8 @@ POST /himds/unbind     forget it (the machine, if any, turns Disconnected as its
 POST /clusters         {"name", "resource_group", ["subscription", "kubernetes_version", "location",
                         "azure_rbac", "local_accounts"]}: add a cluster with its own apiserver
 POST /resourcegroups   {"name", ["subscription", "location"]}
+POST /agentpools       {"cluster_id", "name", ["type", "mode", "max_pods", "labels", "taints"]}: add an
+                       agent pool (type FlexNodes or VirtualMachineScaleSets)
 POST /tokens           {"principal_id", "audience", ["lifetime"]}: mint a token directly
 DELETE /requests       clear the request log
 GET  /throttling       ARM throttling (throttling.py): figures, bucket levels, 429 count and the
@@ -20,7 +22,7 @@ DELETE /throttling     refill every bucket and clear the ledger (figures unchang
 import time
 
 from tests.emulator import constants as c
-from tests.emulator import faults, profiles, throttling
+from tests.emulator import agentpools, faults, profiles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
 
@@ -38,6 +40,7 @@ def _object(req):
 def snapshot(app):
     state = app.state
     with state.lock:
+        agentpools.settle(state)
         d = state.data
         tokens = list(d["tokens"].values())
         by_audience, by_source = {}, {}
@@ -64,6 +67,13 @@ def snapshot(app):
                       "tokens_issued": d["himds"]["tokens_issued"], "outstanding_keys": len(d["himds"]["keys"]),
                       "key_dir": app.himds_key_dir},
             "operations": list(d["operations"].values()),
+            "agent_pools": [dict(p) for p in d["agent_pools"].values()],
+            "agentpool_machines": {key: [dict(m) for m in machines.values()]
+                                   for key, machines in d["agentpool_machines"].items()},
+            "agentpool_operations": list(d["agentpool_operations"].values()),
+            # Bootstrap tokens without their secrets (state.json, 0600, has them).
+            "bootstrap_tokens": {key: [{k: v for k, v in t.items() if k != "token_secret"} for t in toks.values()]
+                                 for key, toks in d["bootstrap_tokens"].items()},
             "providers": dict(d["providers"]),
             "api_versions": dict(d.get("api_versions", {})),
             "faults": list(d["faults"]),
@@ -123,6 +133,8 @@ def handle(app, req):
         return Response.json(200, {"bound_machine": None, "was": bound})
     if route == "clusters" and method == "POST":
         return _add_cluster(app, _object(req))
+    if route == "agentpools" and method == "POST":
+        return _add_agent_pool(app, _object(req))
     if route == "resourcegroups" and method == "POST":
         body = _object(req)
         name = body.get("name")
@@ -185,3 +197,35 @@ def _add_cluster(app, body):
                            azure_rbac=body.get("azure_rbac", True), local_accounts=body.get("local_accounts", True))
     url = app.ensure_apiserver(cl["id"])
     return Response.json(201, {"id": cl["id"], "apiserver": url})
+
+
+def _add_agent_pool(app, body):
+    state = app.state
+    problems = []
+    cid, name = body.get("cluster_id"), body.get("name")
+    if not isinstance(cid, str) or state.cluster(cid) is None:
+        problems.append(f"cluster_id = {cid!r}: expected the resource ID of an existing cluster")
+    if not isinstance(name, str) or not agentpools.POOL_NAME.match(name):
+        problems.append(f"name = {name!r}: expected an agent pool name ^[a-z][a-z0-9]{{0,11}}$")
+    kind = body.get("type", agentpools.FLEX)
+    if kind not in (agentpools.FLEX, "VirtualMachineScaleSets"):
+        problems.append(f"type = {kind!r}: expected FlexNodes or VirtualMachineScaleSets")
+    mode = body.get("mode")
+    if mode not in (None, "System", "User"):
+        problems.append(f"mode = {mode!r}: expected System or User")
+    max_pods = body.get("max_pods", 110)
+    if not isinstance(max_pods, int) or isinstance(max_pods, bool) or max_pods < 1:
+        problems.append(f"max_pods = {max_pods!r}: expected a positive integer")
+    labels, taints = body.get("labels", {}), body.get("taints", [])
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        problems.append(f"labels = {labels!r}: expected an object of string values")
+    if not isinstance(taints, list) or not all(isinstance(t, str) and agentpools.TAINT_FORMAT.match(t)
+                                               for t in taints):
+        problems.append(f"taints = {taints!r}: expected a list of key=value:Effect")
+    for key in sorted(set(body) - {"cluster_id", "name", "type", "mode", "max_pods", "labels", "taints"}):
+        problems.append(f"{key}: unknown key")
+    if problems:
+        raise _bad("; ".join(problems))
+    pool = state.add_agent_pool(cid, name=name, type=kind, mode=mode, max_pods=max_pods, labels=labels,
+                                taints=taints)
+    return Response.json(201, {"id": pool["id"]})

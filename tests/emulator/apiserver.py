@@ -1,12 +1,15 @@
-"""A kube-apiserver stand-in: just the Node API a kubelet and `aks-flex-node` use.
+"""A kube-apiserver stand-in: the Node API a kubelet and `aks-flex-node` use, and the
+certificates.k8s.io CSR API a kubelet's TLS bootstrap uses (certificates.py).
 
-One HTTPS listener per cluster (so each cluster's kubeconfig points at its own server),
-same CA as everything else. Authentication: Bearer tokens the emulator minted for the AKS
-server application (Azure/kubelogin docs/book/src/concepts/aks.md), the cluster admin's
-static token, or the admin client certificate (O=system:masters). Authorization mimics AKS with Azure RBAC: the
-token's principal needs AKS RBAC Cluster Admin or the Flex Node Agent role at the cluster
-or a parent scope, and only after `rbac_propagation_delay` seconds (Learn: role changes can
-take minutes to apply, https://learn.microsoft.com/azure/role-based-access-control/troubleshooting).
+One HTTPS listener per cluster (so each cluster's kubeconfig points at its own server), same
+CA as everything else; client certificates the CA signed are accepted. Who the caller is and
+what they may do is kubeauth.py: x509 client certificates, bootstrap tokens, the admin's static
+token and Entra tokens for the AKS server application; Azure RBAC for Entra principals, the
+Node authorizer and NodeRestriction for system:node:<name>, CSRs only for bootstrap tokens.
+
+A created Node records who created it and how ("_registeredBy": the user name, for an Entra
+token the principal's object ID; "_authenticatedBy": x509, bootstrap-token, static-token or
+azure-token): emulator bookkeeping, visible in /_emulator/state.
 """
 
 import copy
@@ -15,9 +18,9 @@ import re
 import time
 import uuid
 
-from tests.emulator import constants as c
-from tests.emulator import roles
-from tests.emulator.httpbase import HttpError, Response
+from tests.emulator import certificates, kubeauth
+from tests.emulator.httpbase import Response
+from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
 
 PUBLIC_PATHS = {"/version", "/readyz", "/livez", "/healthz"}
@@ -26,55 +29,13 @@ _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z
 _MERGE_KEYS = {"conditions": "type", "addresses": "type"}
 
 
-def status(code, reason, message, details=None):
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
-    if details:
-        body["details"] = details
-    return HttpError(Response.json(code, body))
-
-
-def _authenticate(app, cl, req):
-    """Returns (principal, is_admin); principal None means anonymous."""
-    if "system:masters" in req.peer_subject.get("organizationName", []):
-        return "masterclient", True
-    header = req.header("Authorization") or ""
-    if not header:
-        return None, False
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() == "bearer" and token:
-        if cl.get("admin") and token == cl["admin"]["token"]:
-            return "clusterAdmin", True
-        record = app.state.lookup_token(token)
-        if record and record["expires_on"] > time.time() and record["audience"] == c.AKS_SERVER_APP_ID:
-            return record["principal"], False
-    raise status(401, "Unauthorized", "Unauthorized")
-
-
-def _authorize(app, cl, principal, verb, resource, name=None):
-    state = app.state
-    if cl["azure_rbac"]:
-        now = time.time()
-        delay = state.settings["rbac_propagation_delay"]
-        for a in roles.assignments_covering(state.data["role_assignments"].values(), principal, cl["id"]):
-            if a["role_guid"] in c.APISERVER_ROLES and now - a["created"] >= delay:
-                return
-    what = f'{resource.split("/")[0]} "{name}"' if name else resource.split("/")[0]
-    raise status(403, "Forbidden",
-                 f'{what} is forbidden: User "{principal}" cannot {verb} resource "{resource}" in API group "" '
-                 "at the cluster scope: User does not have access to the resource in Azure. "
-                 "Update role assignment to allow access.",
-                 {"name": name, "kind": resource.split("/")[0]} if name else {"kind": resource})
-
-
 def handle(app, server, req):
     state = app.state
     cl = state.cluster(server.cluster_id)
     if cl is None:
         raise status(503, "ServiceUnavailable", f"cluster {server.cluster_id} no longer exists in the emulator")
-    principal, admin = _authenticate(app, cl, req)
-    req.detail = {"principal": principal}
+    user = kubeauth.authenticate(app, cl, req)
+    req.detail = {"principal": user.name if user else None, "auth": user.kind if user else None}
     path = req.path
     if path in PUBLIC_PATHS and req.method == "GET":
         if path == "/version":
@@ -85,12 +46,19 @@ def handle(app, server, req):
                                        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.22.5",
                                        "compiler": "gc", "platform": "linux/amd64"})
         return Response(200, "ok", content_type="text/plain; charset=utf-8")
-    if principal is None:
-        raise status(401, "Unauthorized", "Unauthorized")
+    if user is None:
+        raise kubeauth.unauthorized()
 
     seg = req.segments
     if seg == ["api"]:
         return Response.json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+    if seg[:1] == ["apis"]:
+        found = certificates.discovery(seg)
+        if found is not None and req.method == "GET":
+            return found
+        if seg[1:4] == [certificates.GROUP, certificates.VERSION, certificates.RESOURCE]:
+            return certificates.handle(app, cl, user, req, seg)
+        raise status(404, "NotFound", "the server could not find the requested resource")
     if seg[:3] != ["api", "v1", "nodes"] or len(seg) > 5 or (len(seg) == 5 and seg[4] != "status"):
         raise status(404, "NotFound", "the server could not find the requested resource")
     nodes = state.data["nodes"].setdefault(cl["id"].lower(), {})
@@ -100,8 +68,7 @@ def handle(app, server, req):
             ("PATCH", True): "patch", ("PUT", True): "update"}.get((req.method, name is not None))
     if verb is None:
         raise status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-    if not admin:
-        _authorize(app, cl, principal, verb, resource, name)
+    kubeauth.authorize(app, cl, user, verb, resource, name)
 
     if verb == "list":
         items = [n for n in nodes.values() if _selected(n, req)]
@@ -109,18 +76,19 @@ def handle(app, server, req):
                                    "metadata": {"resourceVersion": str(state.data["resource_version"])},
                                    "items": sorted(items, key=lambda n: n["metadata"]["name"])})
     if verb == "create":
-        return _create(app, nodes, req, principal)
+        return _create(app, nodes, req, user)
     node = nodes.get(name)
     if node is None:
         raise status(404, "NotFound", f'nodes "{name}" not found', {"name": name, "kind": "nodes"})
     if verb == "get":
         return Response.json(200, node)
     if verb == "delete":
+        kubeauth.admit_node(user, "delete", name)
         del nodes[name]
         state.mark_dirty()
         return Response.json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                    "details": {"name": name, "kind": "nodes", "uid": node["metadata"]["uid"]}})
-    return _modify(app, nodes, node, req, status_only=resource == "nodes/status")
+    return _modify(app, nodes, node, req, user, status_only=resource == "nodes/status")
 
 
 def _selected(node, req):
@@ -146,13 +114,14 @@ def _body(req):
         raise status(400, "BadRequest", f"the request body is not valid JSON: {e}")
 
 
-def _create(app, nodes, req, principal):
+def _create(app, nodes, req, user):
     node = _body(req)
     name = (node or {}).get("metadata", {}).get("name") if isinstance(node, dict) else None
     if not isinstance(name, str) or not _DNS1123.match(name) or len(name) > 253:
         raise status(422, "Invalid", f'Node "{name}" is invalid: metadata.name: Invalid value: {json.dumps(name)}: '
                                      "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
                                      "characters, '-' or '.', and must start and end with an alphanumeric character")
+    kubeauth.admit_node(user, "create", name, new=node)
     if name in nodes:
         raise status(409, "AlreadyExists", f'nodes "{name}" already exists', {"name": name, "kind": "nodes"})
     node.update(kind="Node", apiVersion="v1")
@@ -162,7 +131,9 @@ def _create(app, nodes, req, principal):
     meta.setdefault("labels", {})
     node.setdefault("spec", {})
     node.setdefault("status", {})
-    node["_registeredBy"] = principal  # emulator bookkeeping, visible in /_emulator/state
+    # Emulator bookkeeping, visible in /_emulator/state.
+    node["_registeredBy"] = user.name
+    node["_authenticatedBy"] = user.kind
     nodes[name] = node
     app.state.mark_dirty()
     return Response.json(201, node)
@@ -214,7 +185,7 @@ def _json_patch(doc, ops):
     return doc
 
 
-def _modify(app, nodes, node, req, status_only):
+def _modify(app, nodes, node, req, user, status_only):
     content_type = (req.header("Content-Type") or "").split(";")[0].strip()
     patch = _body(req)
     if req.method == "PUT":
@@ -237,6 +208,7 @@ def _modify(app, nodes, node, req, status_only):
         for key in ("labels", "annotations"):
             if key in meta:
                 result["metadata"][key] = meta[key] or {}
+    kubeauth.admit_node(user, "update", node["metadata"]["name"], new=result, old=node)
     result["metadata"]["resourceVersion"] = app.state.next_resource_version()
     nodes[node["metadata"]["name"]] = result
     app.state.mark_dirty()

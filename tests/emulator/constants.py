@@ -24,6 +24,14 @@ READER_SP_CLIENT_SECRET = "emu-reader-secret.M3n~Yq7sVb1KfT6wRx0GhP"
 CERT_SP_CLIENT_ID = "83e09469-b5e6-4eef-a6b5-9c8f3e2297ac"
 CERT_SP_OBJECT_ID = "4436b3bd-1348-45fe-aa0b-9c44e8cb1215"
 
+# The agent-pool node's own service principal (join_mode = agent-pool): its ONLY role
+# assignment is the Flex Node Agent Role at {CLUSTER_ID}/agentPools/{FLEX_POOL} (profiles.py),
+# as upstream's operator guide prescribes (Azure/AKSFlexNode docs/usage/getting-started.md,
+# "Assign the host identity's pool-scoped role").
+NODE_SP_CLIENT_ID = "ff57654a-4390-4274-9ec2-f99b3bb3b706"
+NODE_SP_OBJECT_ID = "3edc37a8-542d-43cb-85ac-70b9fd00b330"
+NODE_SP_CLIENT_SECRET = "emu-node-secret.bwY672zLjMqqD3WlNt5ftY"
+
 K8S_VERSION = "1.30.4"
 
 CLUSTER_RG = "rg-aks"
@@ -42,6 +50,15 @@ CLUSTER2_ID = (
     f"/subscriptions/{SUBSCRIPTION_ID}/resourceGroups/{CLUSTER2_RG}"
     f"/providers/Microsoft.ContainerService/managedClusters/{CLUSTER2_NAME}"
 )
+
+# Agent pools of CLUSTER_ID (agentpools.py): FLEX_POOL has properties.type FlexNodes (the
+# preview 2026-05-02-preview AgentPoolType value for BYO machines); SYSTEM_POOL is the VMSS
+# system pool every cluster has. Names follow the spec's agentPoolName ^[a-z][a-z0-9]{0,11}$.
+FLEX_POOL = "flexpool"
+SYSTEM_POOL = "nodepool1"
+FLEX_POOL_ID = f"{CLUSTER_ID}/agentPools/{FLEX_POOL}"
+# The cluster's networkProfile.dnsServiceIP (the AKS default), also served by listBootstrapData.
+DNS_SERVICE_IP = "10.0.0.10"
 
 # A resource group with no cluster, for Arc machines kept apart from the cluster.
 ARC_RG = "rg-arc"
@@ -68,11 +85,14 @@ ROLE_AKS_RBAC_CLUSTER_ADMIN = "b1ff04bb-8a4e-4dc4-8eb5-8693973ce19b"
 ROLE_AKS_CLUSTER_ADMIN = "0ab0b1a8-8aac-4efd-b8c2-3ee1fb270be8"
 ROLE_AKS_CLUSTER_USER = "4abbcc35-e782-43d8-92c5-2d3f1bd2253f"
 ROLE_CONNECTED_MACHINE_ONBOARDING = "b64e21ea-ac4e-4cdf-9dc9-5b892992bee7"
-# Azure/AKSFlexNode #306, docs/usage/getting-started.md: "Azure Kubernetes Service Flex Node Agent Role".
+# Azure/AKSFlexNode docs/usage/getting-started.md ("Assign the host identity's pool-scoped
+# role"): "Azure Kubernetes Service Flex Node Agent Role", assigned at an agent-pool scope.
 ROLE_AKS_FLEX_NODE_AGENT = "8f139b0f-7eaf-460b-a9da-5b1246d9ed0d"
 
-# Roles that let a principal use the kube-apiserver stand-in (its Azure RBAC check).
-APISERVER_ROLES = (ROLE_AKS_RBAC_CLUSTER_ADMIN, ROLE_AKS_FLEX_NODE_AGENT)
+# Roles that let a principal use the kube-apiserver stand-in (its Azure RBAC check): the only
+# built-in we model with managedClusters/* DataActions. The Flex Node Agent Role has no
+# DataActions, so it gives no Kubernetes access (same upstream page).
+APISERVER_ROLES = (ROLE_AKS_RBAC_CLUSTER_ADMIN,)
 
 # api-versions of interest: each SDK release's default (its _configuration.py in
 # Azure/azure-sdk-for-python; for Debian 12, the copies in python3-azure 20230112+git-1).
@@ -81,6 +101,11 @@ HYBRIDCOMPUTE_API_DEBIAN = "2022-08-11-preview"  # 8.0.0b1: sync delete, 200/204
 AUTHORIZATION_API = "2022-04-01"
 CONTAINERSERVICE_API_CURRENT = "2026-08-01"
 CONTAINERSERVICE_API_DEBIAN = "2022-11-01"
+# The preview api-version whose spec (Azure/azure-rest-api-specs specification/containerservice/
+# resource-manager/Microsoft.ContainerService/aks/preview/2026-05-02-preview/managedClusters.json)
+# has listBootstrapData, Machines_CreateOrUpdate and FlexNodes; upstream's DefaultAPIVersion
+# (Azure/AKSFlexNode pkg/bootstrapdata).
+AGENTPOOL_API = "2026-05-02-preview"
 
 # Every secret the emulator mints starts with one of these, so a test can grep a log or a
 # file for them to prove that no token or key leaked.
@@ -90,4 +115,6 @@ HIMDS_KEY_PREFIX = "emukey."
 AZCMAGENT_VERSION = "1.50.02896.1234"
 
 # Substrings that only ever occur inside a secret: grep logs and world-readable files for these.
-SECRET_MARKERS = (TOKEN_PREFIX, HIMDS_KEY_PREFIX, "emu-sp-secret.", "emu-reader-secret.")
+# Bootstrap tokens (agentpools.py) cannot carry one, as their format is fixed
+# (^[a-z0-9]{6}\.[a-z0-9]{16}$): grep for the minted token itself.
+SECRET_MARKERS = (TOKEN_PREFIX, HIMDS_KEY_PREFIX, "emu-sp-secret.", "emu-reader-secret.", "emu-node-secret.")

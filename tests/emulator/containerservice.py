@@ -1,4 +1,5 @@
-"""Microsoft.ContainerService/managedClusters: GET and the two credential listings.
+"""Microsoft.ContainerService/managedClusters: GET and the two credential listings
+(agentPools/... are agentpools.py's).
 
 Bodies follow ManagedClustersGet.json and ManagedClustersListClusterAdminCredentials.json
 (2026-08-01). A credential `value` is a base64 kubeconfig (`format: byte` in the spec's
@@ -12,7 +13,7 @@ import json
 import secrets
 import time
 
-from tests.emulator import arm
+from tests.emulator import agentpools, arm
 from tests.emulator import constants as c
 from tests.emulator.httpbase import Response
 
@@ -38,12 +39,8 @@ def render(state, cl):
             "dnsPrefix": cl["dns_prefix"],
             "fqdn": cl["fqdn"],
             "azurePortalFQDN": cl["fqdn"].replace(".hcp.", ".portal.hcp."),
-            "agentPoolProfiles": [{
-                "name": "nodepool1", "count": 1, "vmSize": "Standard_D2s_v5", "osDiskSizeGB": 128,
-                "maxPods": 110, "type": "VirtualMachineScaleSets", "mode": "System", "osType": "Linux",
-                "osSKU": "Ubuntu", "orchestratorVersion": version, "currentOrchestratorVersion": version,
-                "provisioningState": "Succeeded", "powerState": {"code": "Running"},
-            }],
+            "agentPoolProfiles": [{"name": pool["name"], **agentpools.pool_properties(state, pool)}
+                                  for pool in state.agent_pools_of(cl["id"])],
             "nodeResourceGroup": f"MC_{cl['resource_group']}_{cl['name']}_{cl['location']}",
             "enableRBAC": True,
             "aadProfile": {"managed": True, "enableAzureRBAC": cl["azure_rbac"], "tenantID": c.TENANT_ID,
@@ -51,7 +48,7 @@ def render(state, cl):
             "disableLocalAccounts": not cl["local_accounts"],
             "networkProfile": {
                 "networkPlugin": "azure", "podCidr": "10.244.0.0/16",
-                "serviceCidr": "10.0.0.0/16", "dnsServiceIP": "10.0.0.10", "outboundType": "loadBalancer",
+                "serviceCidr": "10.0.0.0/16", "dnsServiceIP": c.DNS_SERVICE_IP, "outboundType": "loadBalancer",
                 "loadBalancerSku": "standard",
             },
             "maxAgentPools": 100,
@@ -140,6 +137,8 @@ def handle(app, req, caller, sub, rg, rest):
         return Response.json(200, arm.paged(req, state, items))
     cid = f"/subscriptions/{sub}/resourceGroups/{rg}/providers/{TYPE}/{rest[0]}"
     cl = state.cluster(cid)
+    if len(rest) >= 2 and rest[1].lower() == "agentpools":
+        return agentpools.handle(app, req, caller, rg, cid, cl, rest[2:])
     action = {1: "read"}.get(len(rest))
     if len(rest) == 2:
         action = {"listclusterusercredential": "listClusterUserCredential/action",

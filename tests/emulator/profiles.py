@@ -1,7 +1,8 @@
 """Profiles: the emulator's starting world, and the settings tests may change at runtime.
 
-A profile is the initial directory (principals), subscriptions, resource groups, clusters
-and settings. `POST /_emulator/reset` goes back to the profile's initial world.
+A profile is the initial directory (principals, each with a role on every subscription
+and/or `assignments` [(scope, role guid)]), subscriptions, resource groups, clusters (with
+their agent pools) and settings. `POST /_emulator/reset` goes back to the profile's initial world.
 """
 
 import copy
@@ -60,6 +61,23 @@ SETTINGS = {
     # tests need); the fleet simulation (tests/fleet) sets a few seconds, as rewriting a world
     # of 200 nodes on every change stalls every answer behind the lock.
     "state_save_interval": (0.0, float),
+    # Agent pools (agentpools.py). Lifetime in seconds of the bootstrap token each
+    # listBootstrapData call mints: the RP's real TTL is undocumented; 24 h is what upstream's
+    # self-minted tokens get (Azure/AKSFlexNode scripts/aks-flex-config). 0 mints expired tokens.
+    "bootstrap_token_ttl": (86400.0, float),
+    # Lifetime in seconds of the certificates the kube-apiserver stand-in signs for CSRs
+    # (kube-controller-manager --cluster-signing-duration, default 8760h). Read by apiserver.py.
+    "csr_signing_duration": (31536000.0, float),
+    # Whether the stand-in approves kubelet client CSRs by itself (the csrapproving controller
+    # of kube-controller-manager does in AKS). Read by apiserver.py.
+    "csr_auto_approve": (True, bool),
+    # Seconds a Machine PUT or a deleteMachines stays InProgress before it succeeds (AKS
+    # documents no figure; > 0 makes clients poll the Azure-AsyncOperation URL).
+    "machine_operation_delay": (0.5, float),
+    # What listBootstrapData gives as node.kubelet.clusterFQDN: "host-port" is 127.0.0.1:<port>
+    # of the cluster's kube-apiserver stand-in (reachable; the spec's field is a plain string);
+    # "fqdn" is the cluster's properties.fqdn, host only, as AKS gives it (unreachable here).
+    "apiserver_fqdn_mode": ("host-port", str),
     # Resource-provider namespaces not registered on the subscription: requests to them get
     # 409 MissingSubscriptionRegistration (what azure-mgmt-core's auto-registration policy handles).
     "unregistered_providers": ([], list),
@@ -69,6 +87,7 @@ _CHOICES = {
     "machine_delete_mode": ("auto", "204"),
     "role_definition_id_style": ("subscription", "provider"),
     "arm_throttling": ("on", "off"),
+    "apiserver_fqdn_mode": ("host-port", "fqdn"),
 }
 
 
@@ -88,6 +107,8 @@ def validate_settings(changes):
         default, kind = SETTINGS[key]
         if value is None and default is None:
             out[key] = None
+        elif kind is bool and isinstance(value, bool):
+            out[key] = value
         elif kind is float and isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
             out[key] = float(value)
         elif kind is int and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -97,7 +118,9 @@ def validate_settings(changes):
         elif kind is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
             out[key] = [v.lower() for v in value]
         else:
-            if kind is str:
+            if kind is bool:
+                expected = "true or false"
+            elif kind is str:
                 expected = "one of " + ", ".join(repr(v) for v in _CHOICES[key])
             elif kind is list:
                 expected = "a list of strings"
@@ -115,7 +138,7 @@ def default_settings():
     return {k: copy.deepcopy(v[0]) for k, v in SETTINGS.items()}
 
 
-def _cluster(sub, rg, name, version, *, azure_rbac=True, local_accounts=True):
+def _cluster(sub, rg, name, version, *, azure_rbac=True, local_accounts=True, agent_pools=None):
     return {
         "subscription": sub,
         "resource_group": rg,
@@ -124,7 +147,15 @@ def _cluster(sub, rg, name, version, *, azure_rbac=True, local_accounts=True):
         "kubernetes_version": version,
         "azure_rbac": azure_rbac,
         "local_accounts": local_accounts,
+        "agent_pools": agent_pools,  # None: the system pool only (state.add_cluster)
     }
+
+
+# Test data, not AKS defaults: the flex pool's node settings that listBootstrapData hands out
+# (maxPods, label and taint are the values of the spec example AgentPoolsListBootstrapData.json,
+# 2026-05-02-preview), so a test can see them reach the kubelet.
+FLEX_POOL = {"name": c.FLEX_POOL, "type": "FlexNodes", "mode": "User", "max_pods": 110,
+             "labels": {"node-role": "edge"}, "taints": ["aks.azure.com/flex-node=true:NoSchedule"]}
 
 
 def _default_world():
@@ -142,9 +173,14 @@ def _default_world():
              "secret": c.READER_SP_CLIENT_SECRET, "display_name": "aks-flex-node-reader", "role": c.ROLE_READER},
             {"object_id": c.CERT_SP_OBJECT_ID, "client_id": c.CERT_SP_CLIENT_ID, "certificate": True,
              "display_name": "aks-flex-node-operator-cert", "role": c.ROLE_OWNER},
+            # The agent-pool node's identity: no subscription role, only the pool-scoped one.
+            {"object_id": c.NODE_SP_OBJECT_ID, "client_id": c.NODE_SP_CLIENT_ID, "secret": c.NODE_SP_CLIENT_SECRET,
+             "display_name": "aks-flex-node-agent", "role": None,
+             "assignments": [(c.FLEX_POOL_ID, c.ROLE_AKS_FLEX_NODE_AGENT)]},
         ],
         "clusters": [
-            _cluster(c.SUBSCRIPTION_ID, c.CLUSTER_RG, c.CLUSTER_NAME, c.K8S_VERSION),
+            _cluster(c.SUBSCRIPTION_ID, c.CLUSTER_RG, c.CLUSTER_NAME, c.K8S_VERSION,
+                     agent_pools=[{"name": c.SYSTEM_POOL}, dict(FLEX_POOL)]),
             _cluster(c.SUBSCRIPTION_ID, c.CLUSTER2_RG, c.CLUSTER2_NAME, c.CLUSTER2_K8S_VERSION),
         ],
         "settings": {},

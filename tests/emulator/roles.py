@@ -2,11 +2,11 @@
 
 Permissions are from the Learn built-in-roles pages
 (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/general, .../containers,
-.../hybrid-multicloud and .../privileged for Owner, Contributor, User Access Administrator). The
-AKS Flex Node Agent role (Azure/AKSFlexNode #306) is documented upstream only at agent-pool scope
-(docs/usage/getting-started.md: listBootstrapData and machines read/write, no DataActions); the
-one below is an assumption for this project's cluster-scope use (read the cluster, act on
-nodes), good enough for the emulator.
+.../hybrid-multicloud and .../privileged for Owner, Contributor, User Access Administrator).
+The Azure Kubernetes Service Flex Node Agent Role is a preview role documented by upstream's
+operator guide (Azure/AKSFlexNode docs/usage/getting-started.md, "Assign the host identity's
+pool-scoped role", and docs/usage/joining-nodes.md): exactly three Actions, no DataActions, no
+Machine delete; it is meant for an agent-pool scope. Its description below is ours.
 """
 
 import re
@@ -54,8 +54,10 @@ BUILT_IN = {
                "Microsoft.GuestConfiguration/guestConfigurationAssignments/read"])),
     c.ROLE_AKS_FLEX_NODE_AGENT: (
         "Azure Kubernetes Service Flex Node Agent Role",
-        "Lets a flex node's kubelet register and maintain its own Node (emulator assumption).",
-        _perm([f"{_CS}/read"], data_actions=[f"{_CS}/nodes/*", f"{_CS}/nodes/status/*"])),
+        "Lets a Flex node's host identity fetch its agent pool's bootstrap data and read and write "
+        "the pool's Machines.",
+        _perm([f"{_CS}/agentPools/listBootstrapData/action", f"{_CS}/agentPools/machines/read",
+               f"{_CS}/agentPools/machines/write"])),
 }
 
 

@@ -90,6 +90,8 @@ class State:
             for key, value in profiles.default_settings().items():
                 self.data["settings"].setdefault(key, value)
             self.data.setdefault("throttling", throttling.new_world())
+            for key in ("agent_pools", "agentpool_machines", "agentpool_operations", "bootstrap_tokens"):
+                self.data.setdefault(key, {})
 
     def forget_himds_keys(self):
         """Delete outstanding HIMDS challenge key files: secrets on disk, not to be left behind."""
@@ -127,6 +129,13 @@ class State:
                 "clusters": {},
                 "role_assignments": {},
                 "nodes": {},
+                # Agent pools (agentpools.py): pools by pool id (lower), their Machines by pool id
+                # (lower) then name, the Machine operations by id, and the bootstrap tokens
+                # listBootstrapData minted, by cluster id (lower) then token id.
+                "agent_pools": {},
+                "agentpool_machines": {},
+                "agentpool_operations": {},
+                "bootstrap_tokens": {},
                 "tokens": old.get("tokens", {}) if keep_tokens else {},
                 "himds": {"bound_machine": None, "keys": {}, "challenges": 0, "tokens_issued": 0},
                 "operations": {},
@@ -148,10 +157,13 @@ class State:
                     secret=p.get("secret"), certificate=p.get("certificate", False),
                     display_name=p["display_name"], created=now - 86400,
                 )
-                for sub in world["subscriptions"]:
+                # A role on every subscription (names as before), then any scoped assignments.
+                seeds = [(f"/subscriptions/{sub}", p["role"], sub) for sub in world["subscriptions"] if p.get("role")]
+                seeds += [(scope, role, scope) for scope, role in p.get("assignments", ())]
+                for scope, role, seed in seeds:
                     self.add_role_assignment(
-                        f"/subscriptions/{sub}", p["role"], p["object_id"], "ServicePrincipal",
-                        created=now - 86400, name=stable_guid("seed", sub, p["object_id"], p["role"]),
+                        scope, role, p["object_id"], "ServicePrincipal",
+                        created=now - 86400, name=stable_guid("seed", seed, p["object_id"], role),
                     )
             for cl in world["clusters"]:
                 self.add_cluster(**cl)
@@ -192,7 +204,7 @@ class State:
         return None
 
     def add_cluster(self, *, subscription, resource_group, name, location=c.LOCATION,
-                    kubernetes_version=c.K8S_VERSION, azure_rbac=True, local_accounts=True):
+                    kubernetes_version=c.K8S_VERSION, azure_rbac=True, local_accounts=True, agent_pools=None):
         cid = cluster_id(subscription, resource_group, name)
         self.add_resource_group(subscription, resource_group, location)
         suffix = hashlib.sha256(cid.lower().encode()).hexdigest()[:8]
@@ -210,8 +222,36 @@ class State:
             "identity_principal_id": stable_guid("cluster-identity", cid.lower()),
         }
         self.data["nodes"].setdefault(cid.lower(), {})
+        for pool in agent_pools or [{"name": c.SYSTEM_POOL}]:
+            self.add_agent_pool(cid, **pool)
         self.mark_dirty()
         return self.data["clusters"][cid.lower()]
+
+    def add_agent_pool(self, cluster_id, *, name, type="VirtualMachineScaleSets", mode=None, max_pods=110,
+                       labels=None, taints=None):
+        """An agent pool of an existing cluster; the record agentpools.py renders. Orchestrator
+        version: the cluster's. A VMSS pool is the System pool, any other a User pool, unless
+        `mode` says otherwise."""
+        cl = self.cluster(cluster_id)
+        pid = f"{cl['id']}/agentPools/{name}"
+        self.data["agent_pools"][pid.lower()] = {
+            "id": pid,
+            "name": name,
+            "cluster_id": cl["id"],
+            "type": type,
+            "mode": mode or ("System" if type == "VirtualMachineScaleSets" else "User"),
+            "max_pods": max_pods,
+            "labels": dict(labels or {}),
+            "taints": list(taints or []),
+            "etag": stable_guid("agent-pool", pid.lower()),
+        }
+        self.data["agentpool_machines"].setdefault(pid.lower(), {})
+        self.mark_dirty()
+        return self.data["agent_pools"][pid.lower()]
+
+    def agent_pools_of(self, cluster_id):
+        prefix = f"{cluster_id.lower()}/agentpools/"
+        return [p for key, p in self.data["agent_pools"].items() if key.startswith(prefix)]
 
     def cluster(self, cid):
         return self.data["clusters"].get((cid or "").lower())

@@ -86,6 +86,43 @@ class CertificateAuthority:
         cert = builder.sign(self.key, hashes.SHA256())
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
+    def sign_csr(self, csr, *, lifetime, key_usages, extended_usages, backdate=datetime.timedelta(0)):
+        """Sign a PKCS#10 request (a cryptography CertificateSigningRequest whose signature the
+        caller has checked) as kube-controller-manager's local signer does
+        (kubernetes/kubernetes pkg/controller/certificates/authority/authority.go and policies.go,
+        PermissiveSigningPolicy): the request's subject and public key, the request's SANs, the
+        given usages, not a CA, NotBefore = now - backdate, NotAfter = NotBefore + backdate + lifetime
+        capped at the CA's own NotAfter. `key_usages` are x509.KeyUsage keyword names set to True
+        (digital_signature, key_encipherment); `extended_usages` are ExtendedKeyUsageOIDs.
+        Returns the certificate PEM."""
+        now = _now()
+        not_before = now - backdate
+        not_after = min(now + lifetime, self.cert.not_valid_after)
+        flags = {name: name in key_usages for name in (
+            "digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+            "key_agreement", "key_cert_sign", "crl_sign")}
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(csr.subject)
+            .issuer_name(self.cert.subject)
+            .public_key(csr.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
+        if any(flags.values()):
+            builder = builder.add_extension(x509.KeyUsage(**flags, encipher_only=False, decipher_only=False),
+                                            critical=True)
+        if extended_usages:
+            builder = builder.add_extension(x509.ExtendedKeyUsage(list(extended_usages)), critical=False)
+        try:
+            sans = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+            builder = builder.add_extension(sans.value, critical=False)
+        except x509.ExtensionNotFound:
+            pass
+        return builder.sign(self.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
 
 def _new_ca():
     key = ec.generate_private_key(ec.SECP256R1())

@@ -16,6 +16,10 @@ BAD_VALUES = [
     ("max_pods", "9000", "max_pods"),
     ("auth_method", "password", "auth_method"),
     ("role_preset", "everything", "role_preset"),
+    ("role_preset", "minimal", "join_mode = agent-pool"),
+    ("join_mode", "flex", "join_mode"),
+    ("agent_pool", "flexpool", "join_mode = arc"),
+    ("api_server", "http://aks.example.com", "api_server"),
     ("kubernetes_version", "latest", "kubernetes_version"),
     ("node_taints", "dedicated=edge:Sometimes", "node_taints"),
     ("node_ip", "300.1.1.1", "node_ip"),
@@ -33,7 +37,7 @@ def set_value(node, key, value):
         f.write("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("key,value,named", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+@pytest.mark.parametrize("key,value,named", BAD_VALUES, ids=[f"{b[0]}={b[1]}" for b in BAD_VALUES])
 def test_a_bad_value_is_named_and_nothing_changes(node, key, value, named):
     from aks_flex_node import config
 

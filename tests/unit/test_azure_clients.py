@@ -167,3 +167,28 @@ def test_the_configured_proxy_carries_arm_and_entra_calls(fresh_emulator, endpoi
 def test_empty_subscription_is_refused(azure_clients):
     with pytest.raises(ValueError, match="subscription_id = '': expected a subscription GUID"):
         azure_clients.hybridcompute("")
+
+
+def _pipeline_response(status, retry_after):
+    import requests
+    from azure.core.pipeline import PipelineResponse
+    from azure.core.pipeline.transport import HttpRequest as TransportRequest
+    from azure.core.pipeline.transport import RequestsTransportResponse
+
+    raw = requests.Response()
+    raw.status_code = status
+    raw.headers["Retry-After"] = str(retry_after)
+    request = TransportRequest("GET", "https://127.0.0.1/")
+    return PipelineResponse(request, RequestsTransportResponse(request, raw), None)
+
+
+def test_throttled_waits_get_jitter_but_never_less_than_asked():
+    """A fleet throttled at once must not come back at once: 429 waits get up to 20 % more
+    (at most 5 s); other statuses' Retry-After is honoured as sent."""
+    from aks_flex_node.azure.clients import ThrottleAwareRetryPolicy
+
+    policy = ThrottleAwareRetryPolicy()
+    waits = [policy.get_retry_after(_pipeline_response(429, 10)) for _ in range(200)]
+    assert all(10 <= w <= 12 for w in waits) and len(set(waits)) > 100
+    assert all(60 <= policy.get_retry_after(_pipeline_response(429, 60)) <= 65 for _ in range(50))
+    assert policy.get_retry_after(_pipeline_response(503, 10)) == 10

@@ -156,7 +156,17 @@ def test_bad_inputs_name_the_field(azure_clients):
 
 def test_presets_are_data():
     assert [r.guid for r in roles.preset("legacy")] == [C.ROLE_READER, C.ROLE_AKS_RBAC_CLUSTER_ADMIN, C.ROLE_AKS_CLUSTER_ADMIN]
-    assert [r.guid for r in roles.preset("minimal")] == [C.ROLE_AKS_FLEX_NODE_AGENT]
     assert {r.scope for p in roles.PRESETS.values() for r in p} == {roles.CLUSTER_SCOPE}
-    with pytest.raises(ValueError, match="role preset = 'admin': expected one of legacy, minimal"):
+    with pytest.raises(ValueError, match=r"^role preset = 'admin': expected one of legacy$"):
         roles.preset("admin")
+
+
+def test_the_minimal_preset_is_gone_and_points_at_agent_pool_mode():
+    # The Flex Node Agent Role alone has no DataActions: an Arc-mode kubelet holding only it
+    # gets 403 from the API server. Never a silent fallback to another preset.
+    assert list(roles.PRESETS) == ["legacy"]
+    assert C.ROLE_AKS_FLEX_NODE_AGENT not in {r.guid for p in roles.PRESETS.values() for r in p}
+    with pytest.raises(ValueError) as err:
+        roles.preset("minimal")
+    assert str(err.value) == ("role preset = 'minimal': expected one of legacy; for least privilege "
+                              "use join_mode = agent-pool (docs/roles.md)")

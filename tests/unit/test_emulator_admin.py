@@ -38,7 +38,7 @@ def test_settings_change_and_reset_restores_the_profile(fresh_emulator):
     assert state["settings"]["page_size"] == 100 and state["settings"]["rbac_propagation_delay"] == 1.0
     assert state["machines"] == []
     assert {a["principal_id"] for a in state["role_assignments"]} == {
-        C.SP_OBJECT_ID, C.READER_SP_OBJECT_ID, C.CERT_SP_OBJECT_ID}
+        C.SP_OBJECT_ID, C.READER_SP_OBJECT_ID, C.CERT_SP_OBJECT_ID, C.NODE_SP_OBJECT_ID}
     # Tokens belong to the directory, not the resources: still good after a reset.
     assert fresh_emulator.arm_call("GET", f"{MACHINE}/admin-m1", "2024-07-10", token=token)[0] == 404
 

@@ -122,7 +122,7 @@ def test_clusters_have_separate_node_lists(fresh_emulator, kube):
     fresh_emulator.arm_call(
         "PUT", f"{C.CLUSTER2_ID}/providers/Microsoft.Authorization/roleAssignments/{uuid.uuid4()}", "2022-04-01",
         {"properties": {"roleDefinitionId": f"/providers/Microsoft.Authorization/roleDefinitions/"
-                                            f"{C.ROLE_AKS_FLEX_NODE_AGENT}",
+                                            f"{C.ROLE_AKS_RBAC_CLUSTER_ADMIN}",
                         "principalId": C.SP_OBJECT_ID, "principalType": "ServicePrincipal"}})
     token = fresh_emulator.mint_token(C.SP_OBJECT_ID)
     status, _, listing = fresh_emulator.http("GET", f"{fresh_emulator.apiservers[C.CLUSTER2_ID]}/api/v1/nodes",

@@ -128,7 +128,11 @@ def test_apiserver_honours_the_role_only_after_propagation(fresh_emulator):
     assert status == 403 and f'User "{principal}"' in body["message"] and body["kind"] == "Status"
 
     assign(fresh_emulator, principal, C.ROLE_READER)  # Reader is not enough for the Kubernetes API
+    # Nor is the Flex Node Agent Role: no DataActions (Azure/AKSFlexNode docs/usage/getting-started.md).
     assign(fresh_emulator, principal, C.ROLE_AKS_FLEX_NODE_AGENT)
+    time.sleep(0.6)
+    assert api(fresh_emulator, token)[0] == 403
+    assign(fresh_emulator, principal, C.ROLE_AKS_RBAC_CLUSTER_ADMIN)
     status, _, _ = api(fresh_emulator, token)
     assert status == 403  # not propagated yet
     time.sleep(0.6)

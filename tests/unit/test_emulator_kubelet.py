@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.emulator import constants as C
+from tests.unit.test_emulator_csr import CSRS, admin_client, bootstrap_token
 
 V1 = "client.authentication.k8s.io/v1"
 V1BETA1 = "client.authentication.k8s.io/v1beta1"
@@ -68,7 +69,7 @@ def _write(host, node_path, text, mode=0o644):
     return path
 
 
-def setup_node(host, exec_env=None, exec_api_version=V1, interactive_mode="Never", role=C.ROLE_AKS_FLEX_NODE_AGENT):
+def setup_node(host, exec_env=None, exec_api_version=V1, interactive_mode="Never", role=C.ROLE_AKS_RBAC_CLUSTER_ADMIN):
     """A machine connected with the fake azcmagent, its role assigned, the kubelet installed
     from the emulator's artifact, its kubeconfig, defaults file and unit written."""
     emu = host.emulator
@@ -112,6 +113,10 @@ def setup_node(host, exec_env=None, exec_api_version=V1, interactive_mode="Never
     return machine
 
 
+def kubelet_status_auth(host):
+    return json.loads((host.state_dir / "kubelet-status.json").read_text())["auth"]
+
+
 def systemctl(host, *argv):
     env = {**host.env, "FAKE_KUBELET_INTERVAL": "0.2"}
     return subprocess.run(["systemctl", *argv], env=env, capture_output=True, text=True, timeout=30)
@@ -152,6 +157,7 @@ def test_kubelet_registers_its_node_and_posts_ready_until_stopped(fake_host):
     assert labels["kubernetes.io/hostname"] == "flex-1"
     assert node["spec"]["taints"] == [{"key": "flex", "value": "true", "effect": "NoSchedule"}]
     assert node["_registeredBy"] == machine["identity"]["principalId"]
+    assert node["_authenticatedBy"] == "azure-token" and kubelet_status_auth(fake_host) == "exec"
     assert node["status"]["nodeInfo"]["kubeletVersion"] == f"v{C.K8S_VERSION}"
     # client-go's ExecCredential input, non-interactive.
     info = json.loads((fake_host.state_dir / "plugin-runs").read_text().splitlines()[0])
@@ -250,3 +256,156 @@ def test_kubelet_gives_up_when_the_apiserver_is_gone(fake_host):
                           env=env, capture_output=True, timeout=20)
     assert proc.returncode == 1
     assert "no answer from the apiserver for over 0.5 s: giving up" in kubelet_log(fake_host)
+
+
+# -- TLS bootstrap and certificate rotation (agent-pool and bootstrap-token join modes) ----------
+
+BOOTSTRAP_UNIT = textwrap.dedent("""\
+    [Unit]
+    Description=Kubelet
+    [Service]
+    ExecStart=/usr/local/bin/kubelet --bootstrap-kubeconfig=/var/lib/kubelet/bootstrap-kubeconfig \\
+        --kubeconfig=/var/lib/kubelet/kubeconfig --cert-dir=/var/lib/kubelet/pki \\
+        --config=/var/lib/kubelet/config.json --hostname-override=flex-1 \\
+        --node-labels=kubernetes.azure.com/agentpool=flexpool
+    [Install]
+    WantedBy=multi-user.target
+""")
+PKI = "/var/lib/kubelet/pki"
+CURRENT = f"{PKI}/kubelet-client-current.pem"
+
+
+def install_kubelet(host):
+    emu = host.emulator
+    _, _, archive = emu.http("GET", f"{emu.artifacts}/kubernetes-node-v{C.K8S_VERSION}-linux-amd64.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        kubelet = tar.extractfile("kubernetes/node/bin/kubelet").read()
+    _write(host, "/usr/local/bin/kubelet", kubelet.decode(), 0o755)
+
+
+def setup_bootstrap_node(host, token, rotate=True):
+    """What the join writes for TLS bootstrap: the bootstrap kubeconfig (token, CA data, server),
+    a KubeletConfiguration with rotateCertificates, and the unit; no --kubeconfig yet."""
+    install_kubelet(host)
+    with open(host.emulator.ca_bundle, "rb") as f:
+        ca = base64.b64encode(f.read()).decode()
+    bootstrap = {"apiVersion": "v1", "kind": "Config", "current-context": "bootstrap",
+                 "clusters": [{"name": C.CLUSTER_NAME, "cluster": {"server": host.emulator.apiserver,
+                                                                   "certificate-authority-data": ca}}],
+                 "contexts": [{"name": "bootstrap", "context": {"cluster": C.CLUSTER_NAME, "user": "bootstrap"}}],
+                 "users": [{"name": "bootstrap", "user": {"token": token}}]}
+    _write(host, "/var/lib/kubelet/bootstrap-kubeconfig", json.dumps(bootstrap), 0o600)
+    _write(host, "/var/lib/kubelet/config.json",
+           json.dumps({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                       "rotateCertificates": rotate}))
+    _write(host, "/etc/systemd/system/kubelet.service", BOOTSTRAP_UNIT)
+
+
+def kubelet_status(host):
+    path = host.state_dir / "kubelet-status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def csrs(emu):
+    return admin_client(emu)("GET", CSRS)[1]["items"]
+
+
+def test_kubelet_tls_bootstraps_registers_by_certificate_and_rotates(fake_host):
+    emu = fake_host.emulator
+    emu.settings(csr_signing_duration=6.0)
+    token = bootstrap_token(emu)
+    setup_bootstrap_node(fake_host, token)
+    assert systemctl(fake_host, "start", "kubelet").returncode == 0
+    node = wait_for(lambda: ready(emu), timeout=15)
+    assert node, kubelet_log(fake_host)
+    assert node["_registeredBy"] == "system:node:flex-1" and node["_authenticatedBy"] == "x509"
+    assert node["metadata"]["labels"]["kubernetes.azure.com/agentpool"] == "flexpool"
+
+    # The files TLS bootstrap leaves, with their modes (bootstrap.go, certificate_store.go).
+    kubeconfig_path = fake_host.path("/var/lib/kubelet/kubeconfig")
+    kubeconfig = json.loads(kubeconfig_path.read_text())
+    assert kubeconfig["users"][0]["user"] == {"client-certificate": CURRENT, "client-key": CURRENT}
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == emu.apiserver
+    assert "token" not in kubeconfig_path.read_text()
+    assert kubeconfig_path.stat().st_mode & 0o777 == 0o600
+    current = fake_host.path(CURRENT)
+    assert current.is_symlink() and os.readlink(current).startswith("kubelet-client-2")
+    assert current.resolve().stat().st_mode & 0o777 == 0o600
+    assert not fake_host.path(f"{PKI}/kubelet-client.key.tmp").exists()
+    first = kubelet_status(fake_host)
+    assert first["auth"] == "x509" and first["bootstrapped"] is True and first["cert_serial"]
+
+    token_id = token.split(".")[0]
+    initial = [c for c in csrs(emu) if c["spec"]["username"] == f"system:bootstrap:{token_id}"]
+    assert len(initial) == 1 and initial[0]["metadata"]["name"].startswith("node-csr-")
+
+    # 6-second certificates: renewed at 70-90 % of their lifetime with a new key, by the node itself.
+    rotated = wait_for(lambda: kubelet_status(fake_host).get("rotations", 0) >= 1 or None, timeout=15)
+    assert rotated, kubelet_log(fake_host)
+    after = kubelet_status(fake_host)
+    assert after["cert_serial"] != first["cert_serial"]
+    assert json.loads(kubeconfig_path.read_text()) == kubeconfig
+    renewals = [c for c in csrs(emu) if c["spec"]["username"] == "system:node:flex-1"]
+    assert renewals and renewals[0]["_authenticatedBy"] == "x509"
+    assert "self kubelet client" in renewals[0]["status"]["conditions"][0]["message"]
+    # The old pair is kept, as the real store keeps it.
+    assert len(list(fake_host.path(PKI).glob("kubelet-client-2*.pem"))) >= 2
+    beats = after["heartbeats"]
+    assert wait_for(lambda: kubelet_status(fake_host)["heartbeats"] >= beats + 3 or None), kubelet_log(fake_host)
+    assert kubelet_status(fake_host)["last_error"] is None
+    assert token not in kubelet_log(fake_host)
+
+
+def test_a_valid_kubeconfig_is_reused_and_an_expired_one_bootstraps_again(fake_host):
+    emu = fake_host.emulator
+    setup_bootstrap_node(fake_host, bootstrap_token(emu), rotate=False)
+    systemctl(fake_host, "start", "kubelet")
+    assert wait_for(lambda: ready(emu), timeout=15), kubelet_log(fake_host)
+    systemctl(fake_host, "stop", "kubelet")
+    assert len(csrs(emu)) == 1
+    # Restarted with a valid certificate: no new CSR.
+    (fake_host.state_dir / "kubelet-status.json").unlink()
+    systemctl(fake_host, "start", "kubelet")
+    assert wait_for(lambda: kubelet_status(fake_host).get("heartbeats", 0) >= 2 or None), kubelet_log(fake_host)
+    assert kubelet_status(fake_host)["bootstrapped"] is False and len(csrs(emu)) == 1
+    systemctl(fake_host, "stop", "kubelet")
+    # A client certificate that can no longer be read: bootstrap again.
+    target = fake_host.path(CURRENT).resolve()
+    target.write_bytes(b"garbage")
+    (fake_host.state_dir / "kubelet-status.json").unlink()
+    systemctl(fake_host, "start", "kubelet")
+    assert wait_for(lambda: kubelet_status(fake_host).get("bootstrapped") and
+                    kubelet_status(fake_host).get("heartbeats", 0) >= 1), kubelet_log(fake_host)
+    assert len(csrs(emu)) == 2
+
+
+def test_an_expired_bootstrap_token_gets_no_certificate(fake_host):
+    emu = fake_host.emulator
+    emu.settings(bootstrap_token_ttl=0.0)
+    setup_bootstrap_node(fake_host, bootstrap_token(emu))
+    systemctl(fake_host, "start", "kubelet")
+    expected = "cannot create certificate signing request: HTTP 401"
+    assert wait_for(lambda: expected in kubelet_log(fake_host)), kubelet_log(fake_host)
+    assert nodes(emu) == {} and not fake_host.path("/var/lib/kubelet/kubeconfig").exists()
+    assert csrs(emu) == []
+
+
+def test_a_pending_csr_is_waited_for_and_found_again_after_a_timeout(fake_host):
+    """Without auto-approval the kubelet times out waiting, keeps its key, and on the next
+    attempt finds the same CSR (same key, same digested name) once an admin has approved it."""
+    emu = fake_host.emulator
+    emu.settings(csr_auto_approve=False)
+    fake_host.env["FAKE_KUBELET_CSR_TIMEOUT"] = "1"
+    setup_bootstrap_node(fake_host, bootstrap_token(emu))
+    systemctl(fake_host, "start", "kubelet")
+    assert wait_for(lambda: "timed out waiting for certificate signing request" in kubelet_log(fake_host)), \
+        kubelet_log(fake_host)
+    assert fake_host.path(f"{PKI}/kubelet-client.key.tmp").stat().st_mode & 0o777 == 0o600
+    (pending,) = csrs(emu)
+    assert pending["status"] == {}
+    pending["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "KubectlApprove"}]}
+    admin = admin_client(emu)
+    assert admin("PUT", f"{CSRS}/{pending['metadata']['name']}/approval", pending)[0] == 200
+    assert wait_for(lambda: ready(emu), timeout=15), kubelet_log(fake_host)
+    assert [c["metadata"]["name"] for c in csrs(emu)] == [pending["metadata"]["name"]]
+    assert not fake_host.path(f"{PKI}/kubelet-client.key.tmp").exists()

@@ -175,9 +175,10 @@ def test_role_assignment_create_list_conflict_delete(fresh_emulator, sdk):
 def test_list_for_scope_includes_inherited_assignments_and_pages(fresh_emulator, sdk):
     fresh_emulator.settings(page_size=2)
     inherited = list(sdk.auth.role_assignments.list_for_scope(C.CLUSTER_ID))
-    # The three seeded subscription-level assignments (Owner, Reader, Owner-by-certificate),
-    # across two pages: the SDK followed nextLink.
-    assert {a.principal_id for a in inherited} == {C.SP_OBJECT_ID, C.READER_SP_OBJECT_ID, C.CERT_SP_OBJECT_ID}
+    # The three seeded subscription-level assignments (Owner, Reader, Owner-by-certificate) and
+    # the node SP's one below the cluster (its flex pool), across two pages: the SDK followed nextLink.
+    assert {a.principal_id for a in inherited} == {C.SP_OBJECT_ID, C.READER_SP_OBJECT_ID, C.CERT_SP_OBJECT_ID,
+                                                   C.NODE_SP_OBJECT_ID}
     assert len(fresh_emulator.requests(server="arm", path_contains="roleAssignments")) == 2
 
 

@@ -1,6 +1,7 @@
 """Converting the upstream Go agent's config.json (Azure/AKSFlexNode v0.0.10's pkg/config and its README
 examples, tests/data/config/upstream-*.json) into our keys."""
 
+import base64
 import copy
 import json
 import os
@@ -9,6 +10,7 @@ import shutil
 import pytest
 
 from aks_flex_node import config, upstream_config
+from aks_flex_node.config import importer
 from aks_flex_node.errors import ConfigError
 from tests.unit.test_config import make_root
 
@@ -203,12 +205,14 @@ def test_every_mapped_key_of_a_full_config(root, tmp_path):
     assert cfg.subscription_id == SUB and cfg.cluster.subscription_id == "66666666-7777-8888-9999-000000000000"
 
 
-def test_a_bootstrap_token_is_a_clear_error_that_hides_the_token():
+def test_the_v0010_readme_bootstrap_token_shape_with_a_truncated_ca_is_refused_hiding_the_token():
+    # The v0.0.10 README put serverURL and caCertData under azure.bootstrapToken (upstream
+    # reads node.kubelet.*; fixed by Azure/AKSFlexNode#88); its caCertData is only a BEGIN line.
     with pytest.raises(ConfigError) as excinfo:
         upstream_config.load_file(fixture_path("upstream-bootstrap-token.json"))
     (problem,) = excinfo.value.problems
-    assert problem.key == "azure.bootstrapToken.token" and problem.value == "***"
-    assert "joins through Azure Arc only" in problem.expected
+    assert problem.key == "azure.bootstrapToken.caCertData"
+    assert "the base64 of a PEM file holding the cluster's CA certificate" in problem.expected
     assert "0123456789abcdef" not in str(excinfo.value)
     assert excinfo.value.source == fixture_path("upstream-bootstrap-token.json")
 
@@ -225,7 +229,7 @@ def test_an_empty_bootstrap_token_is_only_a_warning():
     doc = document("upstream-arc.json")
     doc["azure"]["bootstrapToken"] = {"token": ""}
     _, _, warnings = upstream_config.convert(doc)
-    assert "azure.bootstrapToken: ignored: empty, and bootstrap tokens are not supported" in warnings
+    assert "azure.bootstrapToken.token: ignored: empty: no bootstrap token to join with" in warnings
 
 
 def with_change(name, change):
@@ -297,3 +301,221 @@ def test_a_missing_config_json(tmp_path):
     with pytest.raises(ConfigError) as excinfo:
         config.load_upstream_json(str(tmp_path / "config.json"))
     assert excinfo.value.problems[0].value == str(tmp_path / "config.json")
+
+
+# ---------------------------------------------------------------------------- join modes
+# config.json files that join an agent pool or with a bootstrap token (Azure/AKSFlexNode
+# v0.0.10 docs/usage.md's bootstrap-token example, and the newer docs/usage/configuration.md
+# and getting-started.md samples with targetAgentPoolName, components, networking).
+
+TOKEN = "abcdef.0123456789abcdef"
+TOKEN_SECRET = "0123456789abcdef"
+SP_SECRET = "s3cr3t~value.from-the-portal"
+CLUSTER_ID = ("/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/aks-rg/providers/"
+              "Microsoft.ContainerService/managedClusters/aks-edge")
+
+
+def ca_pem(name):
+    return base64.b64decode(document(name)["node"]["kubelet"]["caCertData"]).decode()
+
+
+@pytest.fixture
+def etc_root(tmp_path):
+    root = make_root(tmp_path, "upstream-host")
+    (root / "etc/aks-flex-node").mkdir(parents=True)
+    return root
+
+
+def test_the_v0010_bootstrap_token_example(root):
+    values, secrets, warnings = upstream_config.convert(document("upstream-v0010-bootstrap-token.json"))
+    assert values == {
+        "subscription_id": "11111111-2222-3333-4444-555555555555",
+        "tenant_id": "72f988bf-86f1-41af-91ab-2d7cd011db47",
+        "cloud": "AzurePublicCloud",
+        "join_mode": "bootstrap-token",
+        "api_server": "https://aks-edge-dns-12345678.hcp.westus.azmk8s.io:443",
+        "cluster_resource_id": CLUSTER_ID,
+        "kubernetes_version": "1.30.4",
+        "max_pods": "110",
+        "cluster_dns": "10.0.0.10",
+        "log_level": "info",
+    }
+    assert secrets == {"bootstrap_token": TOKEN, "cluster_ca": ca_pem("upstream-v0010-bootstrap-token.json")}
+    assert warnings == ["agent.logDir: ignored: aks-flex-node logs to the journal"]
+
+
+def test_the_newer_agent_pool_sample_with_a_managed_identity(root):
+    values, secrets, warnings = upstream_config.convert(document("upstream-agent-pool-mi.json"))
+    assert values == {
+        "subscription_id": "11111111-2222-3333-4444-555555555555",
+        "tenant_id": "72f988bf-86f1-41af-91ab-2d7cd011db47",
+        "cloud": "AzurePublicCloud",  # from resourceManagerEndpoint
+        "join_mode": "agent-pool",
+        "agent_pool": "aksflexnodes",
+        "auth_method": "managed-identity",
+        "machine_name": "flex-node-1",  # agent.nodeName, lowercased
+        "cluster_resource_id": CLUSTER_ID,
+        "kubernetes_version": "1.35.6",
+        "containerd_version": "2.0.4",
+        "pause_image": "mcr.microsoft.com/oss/kubernetes/pause:3.10",
+        "runc_version": "1.2.5",
+        "cni_version": "1.5.1",
+        "max_pods": "250",
+        "node_labels": "tier=edge",
+        "node_taints": "dedicated=edge:NoSchedule",
+        "cluster_dns": "10.0.0.10",
+        "log_level": "info",
+    }
+    assert secrets == {}
+    assert "arc_location" not in values  # no Arc machine: targetCluster.location is the cluster's
+    assert sorted(w.split(":")[0] for w in warnings) == [
+        "agent.machineClient.mode", "agent.nodeName", "agent.requireMachineRegistration", "azure.arc.enabled"]
+
+
+def test_an_agent_pool_config_json_loads_directly(root):
+    cfg = config.load_upstream_json(node_copy(root, "upstream-agent-pool-mi.json"), root=str(root))
+    assert (cfg.join_mode, cfg.agent_pool, cfg.auth_method) == ("agent-pool", "aksflexnodes", "managed-identity")
+    assert cfg.is_set("agent_pool") and not cfg.is_set("bootstrap_token_file")
+    assert cfg.bootstrap_token() is None
+
+
+def test_an_agent_pool_config_keeps_no_initial_token_server_or_ca(root):
+    """With a node credential every join gets a fresh token from listBootstrapData: the
+    boot command's initial one (24 h) would expire and override AKS's."""
+    values, secrets, warnings = upstream_config.convert(document("upstream-agent-pool-sp.json"))
+    assert values["join_mode"] == "agent-pool" and values["agent_pool"] == "flexpool"
+    assert values["auth_method"] == "service-principal"
+    assert secrets == {"sp_client_secret": SP_SECRET}
+    assert "api_server" not in values and "bootstrap_token_file" not in values
+    ignored = sorted(w.split(":")[0] for w in warnings if "fetches a fresh token" in w)
+    assert ignored == ["azure.bootstrapToken.token", "node.kubelet.caCertData", "node.kubelet.clusterFQDN"]
+    assert not any(TOKEN_SECRET in w for w in warnings)
+
+
+def test_the_newer_bootstrap_token_sample_without_a_credential_joins_with_the_token(root):
+    values, secrets, warnings = upstream_config.convert(document("upstream-pool-bootstrap-token.json"))
+    assert values["join_mode"] == "bootstrap-token" and "agent_pool" not in values
+    assert "auth_method" not in values
+    assert values["api_server"] == "aks-edge-dns-12345678.hcp.eastus.azmk8s.io:443"
+    assert values["cluster_dns"] == "10.0.0.10" and values["kubernetes_version"] == "1.35.6"
+    assert secrets["bootstrap_token"] == TOKEN
+    (pool_warning,) = [w for w in warnings if w.startswith("azure.targetAgentPoolName")]
+    assert "no credential to register a Machine" in pool_warning
+
+
+def test_a_bootstrap_token_config_json_holds_token_and_ca_in_memory(root):
+    cfg = config.load_upstream_json(node_copy(root, "upstream-v0010-bootstrap-token.json"), root=str(root))
+    assert cfg.join_mode == "bootstrap-token" and cfg.auth_method == ""
+    assert cfg.bootstrap_token() == TOKEN
+    assert cfg.cluster_ca() == ca_pem("upstream-v0010-bootstrap-token.json")
+    assert cfg.bootstrap_token_file == "" and cfg.is_set("bootstrap_token_file")
+    assert cfg.api_server_url == "https://aks-edge-dns-12345678.hcp.westus.azmk8s.io:443"
+    assert TOKEN_SECRET not in json.dumps(cfg.as_dict(redact=False)) and TOKEN_SECRET not in repr(cfg)
+
+
+def test_a_config_json_others_can_read_holding_a_token_is_warned_about(tmp_path):
+    path = private_copy(tmp_path, "upstream-v0010-bootstrap-token.json", mode=0o644)
+    _values, _secrets, warnings = upstream_config.load_file(path)
+    assert any(f"{path} holds a bootstrap token and others can read it (mode 0644)" in w for w in warnings)
+
+
+def test_import_writes_the_token_and_the_ca_apart_and_they_load(etc_root, tmp_path):
+    root = etc_root
+    source = private_copy(tmp_path / "in", "upstream-v0010-bootstrap-token.json")
+    done = importer.import_upstream(str(source), root=str(root))
+    assert done.files == {"bootstrap_token_file": "/etc/aks-flex-node/bootstrap-token",
+                          "cluster_ca_file": "/etc/aks-flex-node/cluster-ca.crt"}
+    assert done.secret_file is None
+    token_file = root / "etc/aks-flex-node/bootstrap-token"
+    ca_file = root / "etc/aks-flex-node/cluster-ca.crt"
+    assert token_file.read_text() == TOKEN + "\n" and oct(token_file.stat().st_mode & 0o777) == "0o600"
+    assert ca_file.read_text() == ca_pem("upstream-v0010-bootstrap-token.json")
+    assert oct(ca_file.stat().st_mode & 0o777) == "0o644"
+    text = (root / "etc/aks-flex-node/aks-flex-node.conf").read_text()
+    assert TOKEN_SECRET not in text and "BEGIN CERTIFICATE" not in text
+    assert "join_mode = bootstrap-token" in text
+    assert "bootstrap_token_file = /etc/aks-flex-node/bootstrap-token" in text
+    cfg = config.load(root=str(root))
+    assert cfg.bootstrap_token() == TOKEN and cfg.cluster_ca() == ca_file.read_text()
+
+
+def test_import_of_an_agent_pool_sp_config_writes_only_the_client_secret(etc_root, tmp_path):
+    root = etc_root
+    source = private_copy(tmp_path / "in", "upstream-agent-pool-sp.json")
+    done = importer.import_upstream(str(source), root=str(root))
+    assert done.files == {"sp_client_secret_file": "/etc/aks-flex-node/sp-client-secret"}
+    assert sorted(os.listdir(root / "etc/aks-flex-node")) == ["aks-flex-node.conf", "sp-client-secret"]
+    cfg = config.load(root=str(root))
+    assert (cfg.join_mode, cfg.agent_pool, cfg.client_secret()) == ("agent-pool", "flexpool", SP_SECRET)
+
+
+def test_import_refuses_a_secret_file_where_the_token_goes(etc_root, tmp_path):
+    root = etc_root
+    source = private_copy(tmp_path / "in", "upstream-v0010-bootstrap-token.json")
+    (root / "etc/aks-flex-node/cluster-ca.crt").mkdir()
+    with pytest.raises(ConfigError) as excinfo:
+        importer.import_upstream(str(source), root=str(root))
+    assert [p.key for p in excinfo.value.problems] == ["cluster_ca_file"]
+    assert sorted(os.listdir(root / "etc/aks-flex-node")) == ["cluster-ca.crt"]
+
+
+def _set(path, value):
+    def change(doc):
+        *parents, last = path.split(".")
+        node = doc
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return change
+
+
+@pytest.mark.parametrize("name,path,value,key,expected", [
+    ("upstream-v0010-bootstrap-token.json", "azure.bootstrapToken.token", "ABCDEF.0123456789ABCDEF",
+     "azure.bootstrapToken.token", "not a bootstrap token of the form <6 chars>.<16 chars>"),
+    ("upstream-v0010-bootstrap-token.json", "azure.bootstrapToken.token", "abcdef-0123456789abcdef",
+     "azure.bootstrapToken.token", "not a bootstrap token of the form"),
+    ("upstream-v0010-bootstrap-token.json", "node.kubelet.serverURL", None,
+     "node.kubelet.serverURL", "required with a bootstrap token"),
+    ("upstream-v0010-bootstrap-token.json", "node.kubelet.caCertData", None,
+     "node.kubelet.caCertData", "required with a bootstrap token"),
+    ("upstream-v0010-bootstrap-token.json", "node.kubelet.caCertData", "not base64!",
+     "node.kubelet.caCertData", "the base64 of a PEM file"),
+    ("upstream-v0010-bootstrap-token.json", "node.kubelet.caCertData", base64.b64encode(b"\xff\xfe").decode(),
+     "node.kubelet.caCertData", "the base64 of a PEM file"),
+    ("upstream-v0010-bootstrap-token.json", "azure.managedIdentity", {},
+     "azure.bootstrapToken", "one of them without azure.targetAgentPoolName"),
+    ("upstream-agent-pool-mi.json", "azure.managedIdentity", None,
+     "azure.targetAgentPoolName", "azure.servicePrincipal or azure.managedIdentity along with it"),
+    ("upstream-agent-pool-mi.json", "azure.resourceManagerEndpoint", "https://management.example.com",
+     "azure.resourceManagerEndpoint", "the ARM endpoint of a known cloud"),
+    ("upstream-agent-pool-mi.json", "azure.cloud", "AzureChinaCloud",
+     "azure.resourceManagerEndpoint", "the ARM endpoint of azure.cloud (AzureChinaCloud)"),
+    ("upstream-agent-pool-mi.json", "kubernetes.version", "1.30.4",
+     "components.kubernetes", "the same value as kubernetes.version"),
+])
+def test_what_cannot_be_converted_is_named_and_the_token_hidden(name, path, value, key, expected):
+    with pytest.raises(ConfigError) as excinfo:
+        upstream_config.convert(with_change(name, _set(path, value)))
+    found = {p.key: p for p in excinfo.value.problems}
+    assert key in found, [str(p) for p in excinfo.value.problems]
+    assert expected in found[key].expected
+    assert TOKEN_SECRET not in str(excinfo.value) and "0123456789ABCDEF" not in str(excinfo.value)
+
+
+@pytest.mark.parametrize("name,path,value,key", [
+    ("upstream-agent-pool-mi.json", "azure.targetAgentPoolName", "Flex-Pool", "agent_pool"),
+    ("upstream-agent-pool-mi.json", "azure.managedIdentity", None, "azure.targetAgentPoolName"),
+    ("upstream-v0010-bootstrap-token.json", "node.kubelet.serverURL", "http://aks.example.com", "api_server"),
+])
+def test_a_bad_value_through_load_names_our_key(etc_root, name, path, value, key):
+    root = etc_root
+    doc = with_change(name, _set(path, value))
+    target = root / "etc/aks-flex-node/config.json"
+    target.write_text(json.dumps(doc))
+    target.chmod(0o600)
+    with pytest.raises(ConfigError) as excinfo:
+        config.load_upstream_json("/etc/aks-flex-node/config.json", root=str(root))
+    assert key in [p.key for p in excinfo.value.problems]

@@ -1,0 +1,240 @@
+"""The agent-pool and bootstrap-token join modes: where the node's facts and its bootstrap
+token come from, the API server check, and the Machine in the pool.
+
+In agent-pool mode the node's own identity (the [auth] credential) asks the pool for its
+bootstrap data (AKS preview API 2026-05-02-preview, AgentPools_ListBootstrapData): the
+Kubernetes, containerd, runc and CNI versions, the DNS service IP, max pods, labels,
+taints, the API server and its CA, and a bootstrap token the kubelet joins with by TLS
+bootstrap (kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/).
+Keys the operator set in the configuration win over the pool's values (labels and taints
+are merged, the operator's winning per key); `config show` says which is which.
+
+In bootstrap-token mode nothing is asked of Azure: the token, the API server and its CA
+come from the configuration (the upstream agent's bootstrap-token configs).
+
+A token is minted by every listBootstrapData call, so it is only asked for when the kubelet
+needs one (no client certificate, or an expired one) or when an operator runs bootstrap;
+the agent's periodic full passes reuse the facts recorded by the last full run. The token
+is kept in memory and in the 0600 bootstrap kubeconfig only, never in the ledger.
+"""
+
+import datetime
+
+from aks_flex_node.engine.step import IDENTITY, Plan, Step
+from aks_flex_node.errors import FlexNodeError, TemporaryError
+
+ARC = "arc"
+AGENT_POOL = "agent-pool"
+BOOTSTRAP_TOKEN = "bootstrap-token"
+ORIGIN_POOL = "listBootstrapData"
+KUBELET_CLIENT_CERT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+# The kubelet renews its certificate at 70-90 % of its life (client-go's certificate
+# manager, k8s.io/client-go/util/certificate/certificate_manager.go nextRotationDeadline);
+# one that has under this many seconds left when we look will not make it.
+CERT_MARGIN = 300
+
+
+def mode(cfg):
+    return cfg.get("join_mode") or ARC
+
+
+def arc_only(ctx):
+    """run_if of the Arc mode's own steps (arc, roles, rbac-propagation): why they do not
+    apply in the other modes, or None."""
+    if mode(ctx.config) != ARC:
+        return f"not used in {mode(ctx.config)} mode (the kubelet joins by TLS bootstrap)"
+    return None
+
+
+def tls_bootstrap(cfg):
+    """True in the modes where the kubelet joins by TLS bootstrap, not with an exec plugin."""
+    return mode(cfg) != ARC
+
+
+def client_cert_expiry(host):
+    """When the kubelet's client certificate expires (an aware datetime), or None when
+    there is none we can read."""
+    raw = host.read_bytes(KUBELET_CLIENT_CERT)
+    if not raw:
+        return None
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(raw)
+    except ValueError:
+        return None
+    expiry = getattr(cert, "not_valid_after_utc", None)  # cryptography >= 42
+    if expiry is None:
+        expiry = cert.not_valid_after.replace(tzinfo=datetime.timezone.utc)
+    return expiry
+
+
+def token_needed(host):
+    """Whether the kubelet needs a bootstrap token: it has no client certificate that
+    will last until it renews it itself."""
+    expiry = client_cert_expiry(host)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return expiry is None or (expiry - now).total_seconds() < CERT_MARGIN
+
+
+def merge_pairs(pool_items, operator_items, sep):
+    """The pool's labels (or taints), the operator's replacing any with the same key."""
+    def key(item):
+        return item.split(sep, 1)[0].strip()
+
+    operator_keys = {key(i) for i in operator_items}
+    return [i for i in pool_items if key(i) not in operator_keys] + list(operator_items)
+
+
+def overlay(cfg, pool_values):
+    """The config keys to take from the pool: those the operator did not set; labels and
+    taints merged."""
+    values = {}
+    for name, value in pool_values.items():
+        if name == "node_labels":
+            values[name] = merge_pairs(value, cfg.node_labels, "=")
+        elif name == "node_taints":
+            values[name] = merge_pairs(value, cfg.node_taints, ":")
+        elif not cfg.is_set(name):
+            values[name] = value
+    return values
+
+
+def recorded_overlay(cfg, host):
+    """`cfg` with the pool's values the last full run recorded laid over it (agent-pool
+    mode; `config show`), or `cfg` itself when there are none."""
+    from aks_flex_node.engine.ledger import Ledger
+
+    if mode(cfg) != AGENT_POOL:
+        return cfg
+    try:
+        values = (Ledger(host).joined.get("facts") or {}).get("pool_values")
+    except FlexNodeError:
+        return cfg  # an unreadable ledger: status says so; the configuration stands
+    if not values:
+        return cfg
+    return cfg.overlaid(overlay(cfg, values), f"{ORIGIN_POOL} (agent pool {cfg.agent_pool}, last full run)")
+
+
+def read_join_facts(ctx):
+    """The cluster phase in agent-pool and bootstrap-token modes: the token, the API server
+    and its CA, and the effective configuration (ctx.config gains the pool's values)."""
+    from aks_flex_node.azure import agentpool
+
+    cfg, data = ctx.base_config, ctx.data
+    if mode(cfg) == AGENT_POOL and not ctx.local_only and (
+            data.pool_values is None or token_needed(ctx.host) or ctx.options.get("refresh_pool", True)):
+        fetched = agentpool.list_bootstrap_data(ctx.azure.clients, cfg.cluster, cfg.agent_pool)
+        data.pool_values, data.server, data.ca_pem = dict(fetched.values), fetched.server, fetched.ca_pem
+        data.bootstrap_token = fetched.token
+        said = f"pool {cfg.agent_pool} of {cfg.cluster.name} (listBootstrapData)"
+    elif mode(cfg) == AGENT_POOL:
+        if data.pool_values is None:
+            raise TemporaryError("no bootstrap data recorded yet: a full run reads it",
+                                 remedy="aks-flex-node bootstrap")
+        said = f"pool {cfg.agent_pool} of {cfg.cluster.name} (as the last full run read it)"
+    else:
+        data.pool_values = {}
+        said = "the configuration (bootstrap-token mode)"
+    if cfg.is_set("api_server"):
+        data.server = cfg.api_server_url
+    if cfg.is_set("cluster_ca_file"):
+        data.ca_pem = cfg.cluster_ca().encode()
+    token = cfg.bootstrap_token()
+    if token:
+        data.bootstrap_token = token
+    if not data.server or not data.ca_pem:
+        raise FlexNodeError("the API server or its CA is not known",
+                            remedy="set api_server and cluster_ca_file (bootstrap-token mode)")
+    ctx.config = cfg.overlaid(overlay(cfg, data.pool_values), ORIGIN_POOL)
+    data.kubernetes_version = ctx.config.kubernetes_version
+    if not data.kubernetes_version:
+        raise FlexNodeError("kubernetes_version: no version: the pool gave none and the configuration sets none",
+                            remedy="set kubernetes_version in [versions]")
+    return Plan(noop_reason=f"{said}: Kubernetes {data.kubernetes_version}, API server {data.server}")
+
+
+def check_api_server(ctx):
+    """The credentials phase in these modes: the API server answers /readyz over TLS
+    verified with the CA we were given (the upstream agent's preflight_api_server.go)."""
+    from aks_flex_node import kube
+
+    kube.readyz(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy)
+    return Plan(noop_reason=f"API server {ctx.data.server} is ready (verified with the cluster CA)")
+
+
+class MachineStep(Step):
+    """The node's Machine in its FlexNodes pool (Machines_Get / Machines_CreateOrUpdate),
+    registered before the kubelet starts, as the upstream agent does (Azure/AKSFlexNode
+    pkg/aksmachine/ensure.go): absent, it is created; with another spec, PUT again."""
+
+    name = "machine"
+    help = "register this node as a Machine of its FlexNodes agent pool (agent-pool mode)"
+    branch = IDENTITY
+    needs = ("cluster",)
+    cloud = True
+    full_pass_only = True
+
+    def run_if(self, ctx):
+        if mode(ctx.config) != AGENT_POOL:
+            return f"no agent pool in {mode(ctx.config)} mode"
+        return super().run_if(ctx)
+
+    def check(self, ctx):
+        from aks_flex_node.azure import agentpool
+
+        cfg, plan = ctx.config, Plan()
+        name = cfg.machine_name
+        wanted = agentpool.machine_body(cfg)
+        machine = agentpool.get_machine(ctx.azure.clients, cfg.cluster, cfg.agent_pool, name)
+        if machine is None:
+            plan.add(f"register machine {name} in agent pool {cfg.agent_pool}", "it is not registered",
+                     lambda: self._put(ctx, wanted, created=True))
+            return plan
+        if machine.spec != wanted["properties"]["kubernetes"]:
+            differs = sorted(k for k, v in wanted["properties"]["kubernetes"].items() if machine.spec.get(k) != v)
+            plan.add(f"update machine {name} in agent pool {cfg.agent_pool}",
+                     f"its {', '.join(differs)} differ(s) from this node's", lambda: self._put(ctx, wanted))
+            return plan
+        plan.noop_reason = f"machine {name} registered in agent pool {cfg.agent_pool} (eTag {machine.etag})"
+        return plan
+
+    def _put(self, ctx, body, created=False):
+        from aks_flex_node.azure import agentpool
+
+        cfg = ctx.config
+        if created:  # written down before the call: a kill mid-way still leaves it to undo
+            ctx.ledger.record(self.name, "agentpool_machine",
+                              agentpool.machine_path(cfg.cluster, cfg.agent_pool, cfg.machine_name),
+                              pool=cfg.agent_pool, machine=cfg.machine_name,
+                              cluster=cfg.cluster.resource_id)
+        agentpool.put_machine(ctx.azure.clients, cfg.cluster, cfg.agent_pool, cfg.machine_name, body)
+
+    def plan_undo(self, ctx, entries):
+        plan = Plan()
+        for entry in entries:
+            if entry["kind"] == "agentpool_machine":
+                plan.add(f"delete machine {entry['machine']} of agent pool {entry['pool']}",
+                         f"registered by the {self.name} phase", lambda e=entry: self._delete(ctx, e))
+        return plan
+
+    def _delete(self, ctx, entry):
+        """deleteMachines when this identity may call it; the Flex Node Agent Role does not
+        grant it, so usually the operator must: say exactly what to run."""
+        from aks_flex_node.azure import agentpool, permissions
+        from aks_flex_node.config.model import parse_cluster_id
+        from aks_flex_node.engine.undo import Leftover
+
+        ref = parse_cluster_id(entry["cluster"])
+        pool, name = entry["pool"], entry["machine"]
+        if permissions.may_delete_machines(ctx.azure.clients, ref, pool):
+            agentpool.delete_machines(ctx.azure.clients, ref, pool, [name])
+            ctx.ledger.forget("agentpool_machine", entry["id"])
+            return []
+        ctx.ledger.forget("agentpool_machine", entry["id"])  # nothing more this node can do
+        return [Leftover(
+            f"machine {name} of agent pool {pool}",
+            "kept: this node's identity may not delete it (the Flex Node Agent Role has no "
+            f"deleteMachines); an operator runs: az aks nodepool delete-machines --resource-group "
+            f"{ref.resource_group} --cluster-name {ref.name} --nodepool-name {pool} --machine-names {name}",
+            kept=True)]

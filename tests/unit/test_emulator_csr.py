@@ -1,0 +1,299 @@
+"""certificates.k8s.io/v1 on the kube-apiserver stand-in: the CSR API, the kubelet client
+auto-approver and the signer (tests/emulator/certificates.py).
+
+Helpers here (KubeClient, bootstrap_token, make_csr, node_client) are shared with
+test_emulator_node_authorizer.py and test_emulator_kubelet.py."""
+
+import base64
+import datetime
+import json
+import ssl
+import tempfile
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.emulator import constants as C
+
+CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+
+
+class KubeClient:
+    """A caller of one cluster's apiserver stand-in with a bearer token or a client certificate."""
+
+    def __init__(self, emu, token=None, cert=None, server=None):
+        self.server = server or emu.apiserver
+        self.token = token
+        ctx = ssl.create_default_context(cafile=emu.ca_bundle)
+        if cert:
+            with tempfile.NamedTemporaryFile("wb") as f:
+                f.write(cert[0] + b"\n" + cert[1])
+                f.flush()
+                ctx.load_cert_chain(f.name)
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                                  urllib.request.HTTPSHandler(context=ctx))
+
+    def __call__(self, method, path, body=None, content_type="application/json"):
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        request = urllib.request.Request(self.server + path, data=data, headers=headers, method=method)
+        try:
+            with self.opener.open(request, timeout=15) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            return e.code, json.loads(raw) if raw.startswith(b"{") else raw.decode()
+
+
+def bootstrap_token(emu):
+    """A bootstrap token minted the contract's way: listBootstrapData on the FlexNodes pool."""
+    status, _, body = emu.arm_call("POST", f"{C.FLEX_POOL_ID}/listBootstrapData", C.AGENTPOOL_API, {})
+    assert status == 200, body
+    return body["azure"]["bootstrapToken"]["token"]
+
+
+def admin_client(emu):
+    _, _, creds = emu.arm_call("POST", f"{C.CLUSTER_ID}/listClusterAdminCredential", "2026-08-01")
+    user = yaml.safe_load(base64.b64decode(creds["kubeconfigs"][0]["value"]))["users"][0]["user"]
+    return KubeClient(emu, token=user["token"])
+
+
+def make_csr(cn="system:node:n1", orgs=("system:nodes",), sans=(), key=None):
+    """(csr_pem, key_pem) for an EC P-256 key."""
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
+    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(attrs))
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(s) for s in sans]), critical=False)
+    csr = builder.sign(key, hashes.SHA256())
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return csr.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def csr_object(csr_pem, name=None, signer=KUBELET_SIGNER, usages=("digital signature", "client auth"), **spec):
+    meta = {"name": name} if name else {"generateName": "csr-"}
+    return {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": meta,
+            "spec": {"request": base64.b64encode(csr_pem).decode(), "signerName": signer, "usages": list(usages),
+                     **spec}}
+
+
+def conditions(csr):
+    return {c["type"]: c for c in csr["status"].get("conditions", [])}
+
+
+def node_client(emu, node, token=None):
+    """A client authenticated by the client certificate of system:node:<node>, obtained through a
+    bootstrap-token CSR (auto-approved as nodeclient); returns (client, cert_pem)."""
+    boot = KubeClient(emu, token=token or bootstrap_token(emu))
+    csr_pem, key_pem = make_csr(f"system:node:{node}")
+    status, created = boot("POST", CSRS, csr_object(csr_pem))
+    assert status == 201 and created["status"].get("certificate"), created
+    cert_pem = base64.b64decode(created["status"]["certificate"])
+    return KubeClient(emu, cert=(cert_pem, key_pem)), cert_pem
+
+
+@pytest.fixture
+def boot(fresh_emulator):
+    token = bootstrap_token(fresh_emulator)
+    return KubeClient(fresh_emulator, token=token), token
+
+
+def _ca(emu):
+    with open(emu.ca_bundle, "rb") as f:
+        return x509.load_pem_x509_certificate(f.read())
+
+
+def test_discovery_lists_the_certificates_group(fresh_emulator, boot):
+    client, _ = boot
+    status, groups = client("GET", "/apis")
+    assert status == 200 and groups["kind"] == "APIGroupList"
+    assert groups["groups"][0]["preferredVersion"]["groupVersion"] == "certificates.k8s.io/v1"
+    status, group = client("GET", "/apis/certificates.k8s.io")
+    assert status == 200 and group["kind"] == "APIGroup" and group["name"] == "certificates.k8s.io"
+    status, resources = client("GET", "/apis/certificates.k8s.io/v1")
+    assert status == 200 and resources["groupVersion"] == "certificates.k8s.io/v1"
+    csr = next(r for r in resources["resources"] if r["name"] == "certificatesigningrequests")
+    assert csr["kind"] == "CertificateSigningRequest" and "create" in csr["verbs"] and not csr["namespaced"]
+    anonymous = KubeClient(fresh_emulator)
+    assert anonymous("GET", "/apis")[0] == 401
+
+
+def test_bootstrap_csr_is_approved_and_signed_by_the_cluster_ca(fresh_emulator, boot):
+    client, token = boot
+    csr_pem, _ = make_csr("system:node:n1")
+    # What the client claims as requester is ignored: the server fills it in.
+    body = csr_object(csr_pem, name="node-csr-1", username="system:admin", groups=["system:masters"])
+    status, created = client("POST", CSRS, body)
+    assert status == 201, created
+    token_id = token.split(".")[0]
+    assert created["spec"]["username"] == f"system:bootstrap:{token_id}"
+    assert "system:bootstrappers" in created["spec"]["groups"]
+    assert "system:bootstrappers:aks-flex-node" in created["spec"]["groups"]
+    assert "system:masters" not in created["spec"]["groups"]
+    assert created["_authenticatedBy"] == "bootstrap-token"
+    approved = conditions(created)["Approved"]
+    assert approved["status"] == "True" and approved["reason"] == "AutoApproved"
+    assert approved["message"] == "Auto approving kubelet client certificate after SubjectAccessReview."
+
+    cert = x509.load_pem_x509_certificate(base64.b64decode(created["status"]["certificate"]))
+    ca = _ca(fresh_emulator)
+    assert cert.issuer == ca.subject
+    ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
+    assert cert.subject == x509.load_pem_x509_csr(csr_pem).subject
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == \
+        [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    # --cluster-signing-duration's default, 8760h, backdated 5 minutes as kube-controller-manager does.
+    lifetime = cert.not_valid_after - cert.not_valid_before
+    assert datetime.timedelta(days=365) - datetime.timedelta(seconds=2) <= lifetime <= \
+        datetime.timedelta(days=365, minutes=5, seconds=2)
+    # GET and LIST (fieldSelector) show the same object.
+    status, got = client("GET", f"{CSRS}/node-csr-1")
+    assert status == 200 and got["status"]["certificate"] == created["status"]["certificate"]
+    client("POST", CSRS, csr_object(make_csr("system:node:n2")[0], name="node-csr-2"))
+    status, listing = client("GET", f"{CSRS}?fieldSelector=metadata.name%3Dnode-csr-2")
+    assert status == 200 and [i["metadata"]["name"] for i in listing["items"]] == ["node-csr-2"]
+    assert len(client("GET", CSRS)[1]["items"]) == 2
+    assert client("POST", CSRS, body)[0] == 409
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"request": base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()},
+     "spec.request: Invalid value: PEM block type must be CERTIFICATE REQUEST"),
+    ({"request": "not base64!"}, "spec.request: Invalid value: not base64"),
+    ({"signerName": ""}, "spec.signerName: Required value"),
+    ({"signerName": "kubelet"}, "spec.signerName: Invalid value: 'kubelet'"),
+    ({"usages": ["client auth", "flying"]}, "spec.usages[1]: Unsupported value: 'flying'"),
+    ({"usages": []}, "spec.usages: Required value"),
+    ({"expirationSeconds": 599},
+     "spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 600"),
+])
+def test_invalid_csrs_are_422_naming_the_field(boot, change, expected):
+    client, _ = boot
+    body = csr_object(make_csr()[0])
+    body["spec"].update(change)
+    status, answer = client("POST", CSRS, body)
+    assert status == 422 and answer["reason"] == "Invalid", answer
+    assert expected in answer["message"]
+
+
+def test_a_request_with_a_broken_signature_is_422(boot):
+    client, _ = boot
+    csr = x509.load_pem_x509_csr(make_csr()[0])
+    der = bytearray(csr.public_bytes(serialization.Encoding.DER))
+    der[-1] ^= 0x01  # the last byte is inside the signature
+    pem = b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(bytes(der)) + \
+        b"-----END CERTIFICATE REQUEST-----\n"
+    status, answer = client("POST", CSRS, csr_object(pem))
+    assert status == 422 and "spec.request: Invalid value" in answer["message"], answer
+
+
+@pytest.mark.parametrize("kwargs, spec", [
+    ({"orgs": ("system:nodes", "extra")}, {}),        # O must be exactly [system:nodes]
+    ({"orgs": ()}, {}),
+    ({"cn": "node1"}, {}),                            # CN must be system:node:<name>
+    ({"sans": ("n1.example.com",)}, {}),              # no SANs
+    ({}, {"usages": ["digital signature", "client auth", "server auth"]}),
+    ({}, {"usages": ["client auth"]}),                # exactly one of the two allowed sets
+    ({}, {"signerName": "kubernetes.io/kubelet-serving"}),
+    ({}, {"signerName": "kubernetes.io/kube-apiserver-client"}),
+])
+def test_csrs_the_approver_does_not_recognise_stay_pending(boot, kwargs, spec):
+    client, _ = boot
+    body = csr_object(make_csr(**kwargs)[0])
+    body["spec"].update(spec)
+    status, created = client("POST", CSRS, body)
+    assert status == 201, created
+    status, got = client("GET", f"{CSRS}/{created['metadata']['name']}")
+    assert status == 200 and got["status"] == {}, got
+
+
+def test_masters_group_with_the_client_signer_is_forbidden(fresh_emulator):
+    admin = admin_client(fresh_emulator)
+    body = csr_object(make_csr("mallory", orgs=("system:masters",))[0],
+                      signer="kubernetes.io/kube-apiserver-client", usages=["client auth"])
+    status, answer = admin("POST", CSRS, body)
+    assert status == 403 and "system:masters group is not allowed" in answer["message"]
+
+
+def test_without_auto_approval_csrs_wait_for_a_manual_approval(fresh_emulator, boot):
+    client, _ = boot
+    fresh_emulator.settings(csr_auto_approve=False)
+    status, created = client("POST", CSRS, csr_object(make_csr()[0], name="pending"))
+    assert status == 201 and created["status"] == {}
+    assert client("GET", f"{CSRS}/pending")[1]["status"] == {}
+    # A bootstrapper cannot approve its own request, nor delete it.
+    created["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Me"}]}
+    status, answer = client("PUT", f"{CSRS}/pending/approval", created)
+    assert status == 403 and 'cannot update resource "certificatesigningrequests/approval" in API group ' \
+        '"certificates.k8s.io"' in answer["message"]
+    assert client("DELETE", f"{CSRS}/pending")[0] == 403
+    # kubectl certificate approve, as the cluster admin: the signer issues it.
+    admin = admin_client(fresh_emulator)
+    status, approved = admin("PUT", f"{CSRS}/pending/approval", created)
+    assert status == 200 and conditions(approved)["Approved"]["reason"] == "Me"
+    assert approved["status"]["certificate"]
+    status, gone = admin("DELETE", f"{CSRS}/pending")
+    assert status == 200 and gone["status"] == "Success"
+    assert client("GET", f"{CSRS}/pending")[0] == 404
+
+
+def test_turning_auto_approval_on_approves_pending_csrs_on_the_next_read(fresh_emulator, boot):
+    client, _ = boot
+    fresh_emulator.settings(csr_auto_approve=False)
+    client("POST", CSRS, csr_object(make_csr()[0], name="later"))
+    fresh_emulator.settings(csr_auto_approve=True)
+    status, got = client("GET", f"{CSRS}/later")
+    assert status == 200 and "Approved" in conditions(got) and got["status"]["certificate"]
+
+
+def test_client_signer_signs_an_approved_daemon_csr(fresh_emulator):
+    """kubernetes.io/kube-apiserver-client: not auto-approved, signed once approved (upstream's
+    daemon credential, O {system:nodes, aks-flex-node-daemons})."""
+    admin = admin_client(fresh_emulator)
+    body = csr_object(make_csr("system:node:n1", orgs=("system:nodes", "aks-flex-node-daemons"))[0],
+                      name="daemon", signer="kubernetes.io/kube-apiserver-client")
+    status, created = admin("POST", CSRS, body)
+    assert status == 201 and created["status"] == {}
+    created["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "FlexController"}]}
+    status, approved = admin("PUT", f"{CSRS}/daemon/approval", created)
+    assert status == 200 and approved["status"]["certificate"]
+
+
+def test_signing_duration_setting_and_expiration_seconds(fresh_emulator, boot):
+    client, _ = boot
+    status, created = client("POST", CSRS, csr_object(make_csr()[0], expirationSeconds=3600))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(created["status"]["certificate"]))
+    assert abs((cert.not_valid_after - cert.not_valid_before).total_seconds() - 3600) <= 2  # short: no backdate
+    fresh_emulator.settings(csr_signing_duration=6.0)
+    status, created = client("POST", CSRS, csr_object(make_csr()[0], expirationSeconds=3600))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(created["status"]["certificate"]))
+    assert abs((cert.not_valid_after - cert.not_valid_before).total_seconds() - 6) <= 1
+
+
+def test_a_node_renews_its_own_certificate_but_not_another_nodes(fresh_emulator):
+    node, _ = node_client(fresh_emulator, "n1")
+    status, renewed = node("POST", CSRS, csr_object(make_csr("system:node:n1")[0]))
+    assert status == 201 and renewed["spec"]["username"] == "system:node:n1"
+    assert renewed["_authenticatedBy"] == "x509"
+    assert conditions(renewed)["Approved"]["message"] == \
+        "Auto approving self kubelet client certificate after SubjectAccessReview."
+    assert renewed["status"]["certificate"]
+    # A node has no nodeclient permission: a request for another node's name waits.
+    status, other = node("POST", CSRS, csr_object(make_csr("system:node:n2")[0]))
+    assert status == 201 and other["status"] == {}
+    assert node("DELETE", f"{CSRS}/{other['metadata']['name']}")[0] == 403
