@@ -14,6 +14,7 @@ import os
 
 from aks_flex_node import config, paths
 from aks_flex_node.config.fileformat import take_value
+from aks_flex_node.config.semantic import MODE_KEYS
 from aks_flex_node.debconf_channel import DebconfError, q
 from aks_flex_node.errors import ConfigError, ConfigProblem
 
@@ -50,15 +51,7 @@ SELECT_QUESTIONS = ("join_mode", "cloud", "auth_method", "role_preset", "on_join
 # others: docs/configuration.md, "Join modes"). render-config empties them in the other
 # modes, as it empties the sp_* keys for another auth_method, so a reconfigure that
 # switches modes leaves nothing behind that the library would refuse.
-MODE_KEYS = {
-    "agent_pool": ("agent-pool",),
-    "bootstrap_token_file": ("agent-pool", "bootstrap-token"),
-    "api_server": ("agent-pool", "bootstrap-token"),
-    "cluster_ca_file": ("agent-pool", "bootstrap-token"),
-    "arc_resource_group": ("arc",),
-    "arc_location": ("arc",),
-    "arc_tags": ("arc",),
-}
+# MODE_KEYS is the configuration's own table (config/semantic.py): the two cannot drift.
 # No Azure call in bootstrap-token mode: the config script does not ask for a credential,
 # and render-config leaves the file's [auth] keys as they are.
 AUTH_KEYS = ("auth_method", "sp_client_id")

@@ -29,7 +29,7 @@ MANAGED_LABEL = "kubernetes.azure.com/managed=false"
 JOIN_MODES = ("arc", "agent-pool", "bootstrap-token")
 _FILE_MODE_KEYS = ("bootstrap_token_file", "api_server", "cluster_ca_file")
 _ARC_ONLY_KEYS = ("arc_resource_group", "arc_location", "arc_tags")
-_USED_BY = {
+MODE_KEYS = {  # key -> the join modes it means something in
     "agent_pool": ("agent-pool",),
     "bootstrap_token_file": ("agent-pool", "bootstrap-token"),
     "api_server": ("agent-pool", "bootstrap-token"),
@@ -129,7 +129,7 @@ def _check_join_mode(values, ok, held, problems):
     if not ok("join_mode"):
         return refused
     mode = values["join_mode"]
-    for key, modes in _USED_BY.items():
+    for key, modes in MODE_KEYS.items():
         if mode not in modes and ok(key) and values.get(key):
             refused.add(key)
             problems.append(ConfigProblem(key, serialize(key, values[key]),

@@ -8,6 +8,11 @@ then for the cluster read: that one call proves the operator's credential and pe
 before anything on the host changes, so a wrong secret or a missing role fails (exit 4)
 with the host untouched.
 
+One workflow serves every join mode: a step that does not apply to the configured mode says
+why in its run_if (arc, roles and rbac-propagation are Arc mode's; machine is agent-pool
+mode's), and the cluster and credentials phases read what their mode provides
+(steps/agentpool.py).
+
 Unbootstrap undoes the same steps in reverse order, then removes the directories that only
 became empty once every phase was undone.
 """
