@@ -107,7 +107,7 @@ class NodeReadyStep(Step):
         if ctx.data.server and (client_cert_expiry(ctx.host) if tls else ctx.data.principal_id):
             node = kube_client(ctx).get_node(name)
             if node is not None:
-                ctx.adopt(self.name, "node", name)
+                ctx.adopt(self.name, "node", name, **_credential(tls))
                 if _ready(node):
                     plan.noop_reason = f"node {name} is Ready"
                     return plan
@@ -121,7 +121,7 @@ class NodeReadyStep(Step):
         name, timeout = ctx.config.machine_name, ctx.config.node_ready_timeout
         if tls_bootstrap(ctx.config):
             _wait_tls(ctx, name, timeout)
-            ctx.ledger.record(self.name, "node", name, credential="kubelet-client-certificate")
+            ctx.ledger.record(self.name, "node", name, **_credential(True))
             return
         kube_client(ctx).wait_node_ready(name, timeout=timeout, interval=1)
         ctx.ledger.record(self.name, "node", name)
@@ -140,10 +140,18 @@ class NodeReadyStep(Step):
         """With the node's own identity, while it still has its roles (the roles phase is
         undone after this one) or its client certificate (the Node authorizer lets a node
         delete its own Node: kubernetes.io/docs/reference/access-authn-authz/node/)."""
-        name, tls = entry["id"], entry.get("credential") == "kubelet-client-certificate"
+        name, tls = entry["id"], entry.get("credential") == KUBELET_CERT_CREDENTIAL
         ctx.data.server, ctx.data.ca_pem = api_server_of(ctx.host, tls=tls)
         kube_client(ctx, tls=tls).delete_node(name)
         ctx.ledger.forget("node", name)
+
+
+# How undo must ask to delete the Node: the ledger entry says, whatever the config says then.
+KUBELET_CERT_CREDENTIAL = "kubelet-client-certificate"
+
+
+def _credential(tls):
+    return {"credential": KUBELET_CERT_CREDENTIAL} if tls else {}
 
 
 def _ready(node):
