@@ -113,7 +113,7 @@ def leave_then_join(cfg, host, progress=None, on_leave=None, lock_wait=60.0):
     # pool's Machine all change. Undo is the ledger's (mode-free) business.
     if old_cluster and (old_cluster.lower() != cfg.cluster.resource_id.lower()
                         or former.get("machine_name", cfg.machine_name) != cfg.machine_name
-                        or former.get("join_mode", "arc") != (cfg.get("join_mode") or "arc")):
+                        or former.get("join_mode", "arc") != cfg.join_mode):
         if on_leave:
             on_leave(old_cluster)
         log.info("leaving %s first (the node is joined there)", old_cluster)

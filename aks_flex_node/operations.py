@@ -90,7 +90,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             if result.ok or ledger.entries():
                 joined = dict(_identity(cfg), subscription_id=cfg.subscription_id,
                               arc_resource_group=cfg.arc_resource_group,
-                              join_mode=cfg.get("join_mode") or "arc")
+                              join_mode=cfg.join_mode)
                 if result.ok and not ctx.local_only and not only and not skip:
                     joined["facts"] = ctx.data.snapshot()
                 ledger.set_joined(**joined)

@@ -169,7 +169,7 @@ def check_disk(ctx):
 
 
 def _arc_mode(ctx):
-    return (ctx.config.get("join_mode") or "arc") == "arc"
+    return ctx.config.join_mode == "arc"
 
 
 def check_azcmagent(ctx):
@@ -294,7 +294,7 @@ def check_agent_pool(ctx):
     from aks_flex_node.azure import agentpool, permissions
 
     cfg = ctx.config
-    if cfg.get("join_mode") != "agent-pool":
+    if cfg.join_mode != "agent-pool":
         return None
     clients, scope = ctx.azure.clients, agentpool.pool_id(cfg.cluster, cfg.agent_pool)
     blocks = permissions.pool_blocks(clients, cfg.cluster, cfg.agent_pool)

@@ -88,6 +88,17 @@ def _send(clients, subscription_id, method, path, body=None, what=""):
     return response.status_code, payload, response.headers
 
 
+def _get_or_none(clients, cluster_ref, path, what):
+    """The resource at `path` (a dict), or None when ARM answers 404."""
+    try:
+        _status, doc, _headers = _send(clients, cluster_ref.subscription_id, "GET", path, None, what)
+    except FlexNodeError as err:
+        if isinstance(err.__cause__, HttpResponseError) and err.__cause__.status_code == 404:
+            return None
+        raise
+    return doc or {}
+
+
 def _get(doc, *path):
     for key in path:
         if not isinstance(doc, dict):
@@ -223,16 +234,12 @@ def get_pool(clients, cluster_ref, pool):
     """The agent pool, or None when it does not exist. Needs agentPools/read, which the
     Flex Node Agent Role does not grant: a 403 is raised as AuthError for the caller to
     treat as "cannot tell"."""
-    what = f"reading agent pool {pool} of {cluster_ref.name}"
-    try:
-        _status, doc, _headers = _send(clients, cluster_ref.subscription_id, "GET",
-                                       pool_id(cluster_ref, pool), None, what)
-    except FlexNodeError as err:
-        if isinstance(err.__cause__, HttpResponseError) and err.__cause__.status_code == 404:
-            return None
-        raise
-    props = (doc or {}).get("properties") or {}
-    return Pool(name=(doc or {}).get("name") or pool, type=props.get("type"),
+    doc = _get_or_none(clients, cluster_ref, pool_id(cluster_ref, pool),
+                       f"reading agent pool {pool} of {cluster_ref.name}")
+    if doc is None:
+        return None
+    props = doc.get("properties") or {}
+    return Pool(name=doc.get("name") or pool, type=props.get("type"),
                 orchestrator_version=props.get("orchestratorVersion"))
 
 
@@ -260,15 +267,9 @@ def machine_path(cluster_ref, pool, name):
 
 
 def get_machine(clients, cluster_ref, pool, name):
-    what = f"reading machine {name} of agent pool {pool}"
-    try:
-        _status, doc, _headers = _send(clients, cluster_ref.subscription_id, "GET",
-                                       machine_path(cluster_ref, pool, name), None, what)
-    except FlexNodeError as err:
-        if isinstance(err.__cause__, HttpResponseError) and err.__cause__.status_code == 404:
-            return None
-        raise
-    return _machine(doc or {})
+    doc = _get_or_none(clients, cluster_ref, machine_path(cluster_ref, pool, name),
+                       f"reading machine {name} of agent pool {pool}")
+    return None if doc is None else _machine(doc)
 
 
 MACHINE_SPEC_FIELDS = ("orchestratorVersion", "maxPods", "nodeLabels", "nodeTaints")

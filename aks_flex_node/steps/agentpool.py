@@ -35,7 +35,7 @@ CERT_MARGIN = 300
 
 
 def mode(cfg):
-    return cfg.get("join_mode") or ARC
+    return cfg.join_mode
 
 
 def arc_only(ctx):

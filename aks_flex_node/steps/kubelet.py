@@ -64,32 +64,26 @@ def kubeconfig(cfg, server, ca_pem, root):
     }
     if str(root) != "/":
         exec_config["env"] = [{"name": "AKS_FLEX_NODE_ROOT", "value": str(root)}]
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": cfg.cluster.name, "cluster": {
-            "server": server,
-            "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
-        "users": [{"name": "aks-flex-node", "user": {"exec": exec_config}}],
-        "contexts": [{"name": cfg.cluster.name,
-                      "context": {"cluster": cfg.cluster.name, "user": "aks-flex-node"}}],
-        "current-context": cfg.cluster.name,
-    }
-    return (json.dumps(doc, indent=2) + "\n").encode()
+    return _kubeconfig(cfg.cluster.name, server, ca_pem, "aks-flex-node", {"exec": exec_config},
+                       context=cfg.cluster.name)
 
 
 def bootstrap_kubeconfig(cfg, server, ca_pem, token):
     """The kubelet's bootstrap kubeconfig: the bootstrap token as a static bearer token."""
+    return _kubeconfig(cfg.cluster.name, server, ca_pem, "kubelet-bootstrap", {"token": token},
+                       context="bootstrap")
+
+
+def _kubeconfig(cluster, server, ca_pem, user_name, user, context):
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cfg.cluster.name, "cluster": {
+        "clusters": [{"name": cluster, "cluster": {
             "server": server,
             "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
-        "users": [{"name": "kubelet-bootstrap", "user": {"token": token}}],
-        "contexts": [{"name": "bootstrap",
-                      "context": {"cluster": cfg.cluster.name, "user": "kubelet-bootstrap"}}],
-        "current-context": "bootstrap",
+        "users": [{"name": user_name, "user": user}],
+        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user_name}}],
+        "current-context": context,
     }
     return (json.dumps(doc, indent=2) + "\n").encode()
 

@@ -7,9 +7,11 @@ import copy
 
 import pytest
 
-from aks_flex_node.azure import agentpool
+from aks_flex_node.azure import agentpool, permissions
 from aks_flex_node.config.model import parse_cluster_id
+from aks_flex_node.errors import AuthError, FlexNodeError
 from tests.emulator import constants as C
+from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
 
 REF = parse_cluster_id(C.CLUSTER_ID)
 TOKEN = "abcdef.0123456789abcdef"
@@ -116,23 +118,6 @@ def test_each_bad_field_is_named_with_what_is_expected(doc, path, value, field, 
 
 
 # -- against the emulator, through the containerservice client's own pipeline --------------
-
-from aks_flex_node.azure import permissions  # noqa: E402
-from aks_flex_node.azure.clients import Clients  # noqa: E402
-from aks_flex_node.errors import AuthError, FlexNodeError  # noqa: E402
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403,E402  (fixtures)
-from tests.unit.test_azure_fixtures import settings_for, write_secret  # noqa: E402
-
-
-@pytest.fixture
-def node_clients(endpoints, tmp_path):
-    """Clients for the node's service principal: only the Flex Node Agent Role on flexpool."""
-    from aks_flex_node.azure import auth
-
-    secret = write_secret(tmp_path / "node-secret", C.NODE_SP_CLIENT_SECRET)
-    cred = auth.credential(settings_for(endpoints, secret, C.NODE_SP_CLIENT_ID))
-    with Clients(endpoints, cred, polling_interval=0) as clients:
-        yield clients
 
 
 class _Cfg:

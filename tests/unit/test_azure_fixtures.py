@@ -13,7 +13,7 @@ from tests.emulator import constants as C
 from tests.emulator_fixtures import emulator, fake_host, fresh_emulator  # noqa: F401  (fixtures)
 
 __all__ = ["emulator", "fresh_emulator", "fake_host", "no_proxy", "endpoints", "secret_file", "operator",
-           "azure_clients", "put_machine", "settings_for", "reader_clients"]
+           "azure_clients", "put_machine", "settings_for", "reader_clients", "node_clients"]
 
 
 @pytest.fixture
@@ -66,12 +66,24 @@ def azure_clients(endpoints, operator):
         yield clients
 
 
+def _clients_of(endpoints, secret_path, secret, client_id):
+    cred = auth.credential(settings_for(endpoints, write_secret(secret_path, secret), client_id))
+    return Clients(endpoints, cred, polling_interval=0)
+
+
 @pytest.fixture
 def reader_clients(endpoints, tmp_path):
     """Clients for a principal that is only Reader on the subscription."""
-    secret = write_secret(tmp_path / "reader-secret", C.READER_SP_CLIENT_SECRET)
-    cred = auth.credential(settings_for(endpoints, secret, C.READER_SP_CLIENT_ID))
-    with Clients(endpoints, cred, polling_interval=0) as clients:
+    with _clients_of(endpoints, tmp_path / "reader-secret", C.READER_SP_CLIENT_SECRET,
+                     C.READER_SP_CLIENT_ID) as clients:
+        yield clients
+
+
+@pytest.fixture
+def node_clients(endpoints, tmp_path):
+    """Clients for the node's service principal: only the Flex Node Agent Role on flexpool."""
+    with _clients_of(endpoints, tmp_path / "node-secret", C.NODE_SP_CLIENT_SECRET,
+                     C.NODE_SP_CLIENT_ID) as clients:
         yield clients
 
 
