@@ -17,6 +17,7 @@ def test_questions_answered_at_the_terminal_land_in_the_configuration(node, mirr
     node.write_config(n.endpoint_settings(emu, mirror))
     code, transcript = n.converse(node.c, ["apt-get", "install", "-y", "-q", "aks-flex-node"], [
         (r"now\? \[yes/no\]", "yes"),
+        (r"How the machine joins the cluster:", "1"),  # Azure Arc machine
         (r"tenant ID:", C.TENANT_ID),
         (r"Resource ID of the AKS cluster:", C.CLUSTER_ID),
         (r"authenticate to Azure for the join:", "1"),
