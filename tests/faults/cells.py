@@ -38,6 +38,7 @@ class CellResult:
     corrupted: list = dataclasses.field(default_factory=list)
     notes: list = dataclasses.field(default_factory=list)
     unbootstrap_clean: typing.Optional[bool] = None  # kill cells only
+    mode: str = "arc"  # the join mode the cell's node is configured for
     # Compared with the reference once every cell is done (matrix.evaluate):
     pre: dict = dataclasses.field(default_factory=dict, repr=False)
     failing: list = dataclasses.field(default_factory=list, repr=False)  # snapshots while failing
@@ -58,6 +59,7 @@ class Cell:
     run: typing.Callable  # run(cell_node, result)
     fast: bool = False  # in the pytest subset (tests/integration/test_faults.py)
     seconds_hint: float = 15.0  # longest first, so the pool's tail is short
+    mode: str = "arc"  # "agent-pool": the node joins its pool (tests/faults/node.py AGENT_POOL_CONFIG)
 
 
 def short(text, limit=140):
@@ -84,7 +86,8 @@ def capture_failing(cell, result):
     """What is on the root while the fault holds: compared later with the old and the new
     content (nothing may be half-written), and the run state must still parse."""
     result.failing.append(cell.snapshot())
-    for path in ("/var/lib/aks-flex-node/ledger.json", "/var/lib/aks-flex-node/status.json"):
+    for path in ("/var/lib/aks-flex-node/ledger.json", "/var/lib/aks-flex-node/status.json",
+                 "/var/lib/kubelet/bootstrap-kubeconfig"):
         if not cell.json_is_whole(path):
             result.corrupted.append(f"{path} (not whole JSON while failing)")
 
@@ -107,13 +110,24 @@ def converge(cell, result, started=None):
     return result.converged
 
 
+def pool_machines(state):
+    """Names of the Machines of every agent pool in an emulator's state."""
+    return sorted(m["name"] for pool in state.get("agentpool_machines", {}).values() for m in pool)
+
+
 def check_azure_joined(cell, result):
+    """Arc mode: our Arc machine and our Node. Agent-pool mode: our pool Machine and our
+    Node, and no Arc machine."""
     state = cell.emu.state()
-    machines = [m["name"] for m in state["machines"]]
+    arc = [m["name"] for m in state["machines"]]
+    pool = pool_machines(state)
     nodes = [n["metadata"]["name"] for n in state["nodes"].get(C.CLUSTER_NAME, [])]
-    if machines != [harness.MACHINE_NAME] or nodes != [harness.MACHINE_NAME]:
+    machines = pool if cell.mode == "agent-pool" else arc
+    if machines != [harness.MACHINE_NAME] or nodes != [harness.MACHINE_NAME] or (
+            cell.mode == "agent-pool" and arc):
         result.converged = False
-        result.notes.append(f"Azure holds machines {machines}, nodes {nodes} after convergence")
+        result.notes.append(f"Azure holds machines {machines}, Arc machines {arc}, nodes {nodes} "
+                            "after convergence")
 
 
 def unbootstrap_and_compare(cell, result, before_raw):
@@ -134,7 +148,7 @@ def unbootstrap_and_compare(cell, result, before_raw):
             problems.append(f"{label} {len(paths)}: {', '.join(paths[:4])}")
     state = cell.emu.state()
     principals = {m["principal_id"] for m in state["machines"]}
-    if state["machines"] or state["nodes"].get(C.CLUSTER_NAME) or any(
+    if state["machines"] or pool_machines(state) or state["nodes"].get(C.CLUSTER_NAME) or any(
             a["principal_id"] in principals for a in state["role_assignments"]):
         problems.append("Azure still holds our machine, node or role assignments")
     result.unbootstrap_clean = not problems
@@ -229,6 +243,19 @@ MIDDLE = {
 }
 
 
+# Agent-pool mode holds its phases elsewhere: the pool's bootstrap data, the Machine's PUT,
+# the kubelet's certificate signing request (docs/design.md, "Join modes").
+LIST_BOOTSTRAP_DATA = r"agentPools/[^/]+/listBootstrapData$"
+MACHINE_PUT = r"agentPools/[^/]+/machines/[^/]+$"
+CSR_POST = r"/apis/certificates\.k8s\.io/v1/certificatesigningrequests$"
+MIDDLE_AGENT_POOL = {
+    "cluster": Stall(_arm_path("POST", LIST_BOOTSTRAP_DATA), "in listBootstrapData"),
+    "machine": Stall(_arm_path("PUT", MACHINE_PUT), "in the Machine's PUT"),
+    "node-ready": Stall({"server": "apiserver", "method": "POST", "path_regex": CSR_POST},
+                        "waiting for the node (the kubelet's CSR stalled)", phase="node-ready"),
+}
+
+
 class PhaseStart:
     def __init__(self, phase):
         self.phase, self.what = phase, "as it started"
@@ -243,8 +270,9 @@ class PhaseStart:
         pass
 
 
-def kill_cell(phase, when):
-    point = PhaseStart(phase) if when == "start" else MIDDLE[phase]
+def kill_cell(phase, when, mode="arc"):
+    middle = MIDDLE_AGENT_POOL.get(phase) if mode == "agent-pool" else None
+    point = PhaseStart(phase) if when == "start" else (middle or MIDDLE[phase])
 
     def run(cell, result):
         before_raw = cell.snapshot(raw=True)
@@ -269,6 +297,9 @@ def kill_cell(phase, when):
             check_azure_joined(cell, result)
             unbootstrap_and_compare(cell, result, before_raw)
 
+    if mode == "agent-pool":
+        return Cell("agent-pool", f"kill -9 {phase} ({when})", f"kill -9 {point.what}", run,
+                    seconds_hint=20, mode=mode)
     return Cell("kill -9", f"{phase} ({when})", f"kill -9 {point.what}", run,
                 seconds_hint=20 if when == "middle" else 15)
 
@@ -317,7 +348,7 @@ def faulted_requests(cell, server, path_regex=None):
             and (path_regex is None or re.search(path_regex, r["path"]))]
 
 
-def rule_cell(group, name, fault, rule, count_server, fast=False, seconds_hint=15.0):
+def rule_cell(group, name, fault, rule, count_server, fast=False, seconds_hint=15.0, mode="arc"):
     """Inject `rule` (it clears by itself: `times`, or it only slows), then bootstrap until
     converged; retries = the requests that met the fault."""
 
@@ -332,7 +363,7 @@ def rule_cell(group, name, fault, rule, count_server, fast=False, seconds_hint=1
             check_azure_joined(cell, result)
         result.retries = str(len(faulted_requests(cell, count_server, rule["match"].get("path_regex"))))
 
-    return Cell(group, name, fault, run, fast=fast, seconds_hint=seconds_hint)
+    return Cell(group, name, fault, run, fast=fast, seconds_hint=seconds_hint, mode=mode)
 
 
 def endpoint_cell(server, kind, fast=False):
@@ -442,7 +473,7 @@ def agent_and_manual_cell():
     return Cell("concurrency", "agent + manual", "`agent` and `bootstrap` at once", run)
 
 
-def reference_cell():
+def reference_cell(mode="arc"):
     def run(cell, result):
         before_raw = cell.snapshot(raw=True)
         result.pre = cell.snapshot()
@@ -450,15 +481,45 @@ def reference_cell():
             check_azure_joined(cell, result)
             unbootstrap_and_compare(cell, result, before_raw)
 
-    return Cell("baseline", "clean run", "none (the reference)", run, fast=True)
+    group = "agent-pool" if mode == "agent-pool" else "baseline"
+    return Cell(group, REFERENCE, "none (the reference)", run, fast=True, mode=mode)
 
 
-REFERENCE = "clean run"
+REFERENCE = "clean run"  # one per join mode: a cell is judged against its mode's
+
+
+def agent_pool_cells():
+    """The agent-pool join (docs/design.md, "Join modes") under its own faults: kill -9 where
+    it talks to the pool or waits for the kubelet's certificate, and the pool's API
+    answering 429 (Retry-After), 403 (a role assignment not yet in effect), 500."""
+    arm_burst = {
+        "429": ENDPOINT_FAULTS["429"],
+        "403": {"respond": {"status": 403, "body": {"error": {
+            "code": "AuthorizationFailed", "message": "does not have authorization to perform action "
+            "'Microsoft.ContainerService/managedClusters/agentPools/listBootstrapData/action' (fault)"}}}},
+        "500": ENDPOINT_FAULTS["500"],
+    }
+    cells = [reference_cell("agent-pool")]
+    for phase, when in (("cluster", "middle"), ("machine", "start"), ("machine", "middle"),
+                        ("kubelet", "middle"), ("node-ready", "middle")):
+        cells.append(kill_cell(phase, when, mode="agent-pool"))
+    for kind in ("429", "403", "500"):
+        rule = dict(arm_burst[kind], match=dict(_arm_path("POST", LIST_BOOTSTRAP_DATA), times=BURST))
+        cells.append(rule_cell("agent-pool", f"listBootstrapData {kind}", f"{kind} x{BURST}, then recovered",
+                               rule, "arm", fast=kind == "429", mode="agent-pool"))
+    rule = dict(ENDPOINT_FAULTS["500"], match=dict(_arm_path("PUT", MACHINE_PUT), times=BURST))
+    cells.append(rule_cell("agent-pool", "Machine PUT 500", f"500 x{BURST}, then recovered", rule, "arm",
+                           mode="agent-pool"))
+    rule = dict(ENDPOINT_FAULTS["503"], match={"server": "apiserver", "method": "POST", "path_regex": CSR_POST,
+                                                "times": BURST})
+    cells.append(rule_cell("agent-pool", "CSR 503", f"the kubelet's CSR POST 503 x{BURST}, then recovered",
+                           rule, "apiserver", mode="agent-pool"))
+    return cells
 
 
 def all_cells():
     cells = [reference_cell()]
-    # The matrix joins in Arc mode: the machine phase is agent-pool mode's (it does not run).
+    # These join in Arc mode, where the machine phase does not run (agent_pool_cells).
     for phase in (p for p in PHASE_NAMES if p != "machine"):
         for when in ("start", "middle"):
             cells.append(kill_cell(phase, when))
@@ -474,6 +535,7 @@ def all_cells():
                            {"match": {"server": "himds"}, "delay": 5.0}, "himds", seconds_hint=30))
     cells += artifact_cells()
     cells += [two_bootstraps_cell(), agent_and_manual_cell()]
+    cells += agent_pool_cells()
     # Kill points where no other branch is writing (a kill there is deterministic).
     for cell in cells:
         if cell.group == "kill -9" and cell.name in ("cluster (middle)", "services (middle)"):

@@ -26,7 +26,8 @@ def run_one(cell, parent=None, keep=False):
     started = time.monotonic()
     node = None
     try:
-        node = new_cell_node(f"{cell.group}-{cell.name}", parent)
+        result.mode = cell.mode
+        node = new_cell_node(f"{cell.group}-{cell.name}", parent, cell.mode)
         cell.run(node, result)
     except Exception as exc:  # a cell that breaks is a cell that did not converge, with why
         result.converged = False
@@ -53,10 +54,10 @@ def run_cells(cells, workers=10, parent=None, progress=None):
             if progress:
                 progress(result)
     ordered = [results[(c.group, c.name)] for c in cells]
-    reference = next((r for r in ordered if r.name == cells_mod.REFERENCE), None)
-    if reference is not None:
-        for result in ordered:
-            evaluate(result, reference)
+    references = {r.mode: r for r in ordered if r.name == cells_mod.REFERENCE}
+    for result in ordered:
+        if result.mode in references:
+            evaluate(result, references[result.mode])
     return ordered
 
 
@@ -106,7 +107,11 @@ COLUMNS = ("cell", "fault", "converged", "time to converge (s)", "retries", "exi
            "files corrupted", "notes")
 
 EXPLAIN = """\
-- **cell**: the group (kill -9, ENOSPC, endpoint, artifact, concurrency) and what is broken.
+- **cell**: the group (kill -9, ENOSPC, endpoint, artifact, concurrency, agent-pool) and
+  what is broken. The agent-pool cells join in agent-pool mode (docs/design.md, "Join
+  modes") with an operator's credential that may delete the pool's Machine, and are judged
+  against their own clean run; their bootstrap token and the kubelet's certificates are new
+  each run, so those files are checked whole, not compared.
   Every cell has its own emulator (tests/emulator) and its own scratch root with the
   stand-in host commands (tests/fakes/bin); the bootstrap is the real CLI in a subprocess.
 - **fault**: how it is broken. kill -9 cells kill the bootstrap's process group at a phase's

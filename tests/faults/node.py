@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from tests import harness
+from tests.emulator import constants as C
 from tests.emulator_fixtures import FakeHost, start_emulator, stop_fake_units
 
 CLI_TIMEOUT = 180
@@ -29,8 +30,12 @@ CLI_TIMEOUT = 180
 # "is it whole" (JSON parses), never by content.
 VOLATILE = ("/var/lib/aks-flex-node/ledger.json", "/var/lib/aks-flex-node/status.json",
             "/var/lib/aks-flex-node/provision.complete", "/var/lib/aks-flex-node/lock",
-            "/var/lib/aks-flex-node/token-cache.json", "/var/lib/aks-flex-node/join-pending")
-VOLATILE_DIRS = ("/run/aks-flex-node/",)
+            "/var/lib/aks-flex-node/token-cache.json", "/var/lib/aks-flex-node/join-pending",
+            # agent-pool mode: the bootstrap token is minted per call (JSON: checked whole).
+            "/var/lib/kubelet/bootstrap-kubeconfig")
+# The kubelet's own client certificates (agent-pool mode): a new key, serial and dated file
+# name each run, the kubelet's to write (tests/fakes/kubelet.py), not ours.
+VOLATILE_DIRS = ("/run/aks-flex-node/", "/var/lib/kubelet/pki/")
 # What an unbootstrap keeps on purpose: the run's outcome for `status` and the lock.
 KEPT_AFTER_UNBOOTSTRAP = {"/var/lib/aks-flex-node", "/var/lib/aks-flex-node/status.json",
                           "/var/lib/aks-flex-node/provision.complete", "/var/lib/aks-flex-node/lock"}
@@ -65,13 +70,22 @@ def scratch_node(base, emu, himds_key_dir=None, config=None, env=None):
     return node
 
 
-class CellNode:
-    """A scratch node of its own: `emu`, `node` (tests.harness.Node), `base` (its directory)."""
+# Agent-pool mode with the harness's operator credential (Owner on the cluster's group): it
+# may call deleteMachines, so an unbootstrap leaves nothing of ours in Azure and the cells
+# can be judged like Arc mode's. The least-privileged node identity is
+# tests/integration/test_agent_pool.py's.
+AGENT_POOL_CONFIG = {"join_mode": "agent-pool", "agent_pool": C.FLEX_POOL, "arc_tags": "", "himds_endpoint": ""}
 
-    def __init__(self, base):
+
+class CellNode:
+    """A scratch node of its own: `emu`, `node` (tests.harness.Node), `base` (its directory),
+    `mode` (its join mode)."""
+
+    def __init__(self, base, mode="arc"):
         self.base = pathlib.Path(base)
+        self.mode = mode
         self.emu = start_emulator(self.base / "emulator")
-        self.node = scratch_node(self.base, self.emu)
+        self.node = scratch_node(self.base, self.emu, config=AGENT_POOL_CONFIG if mode == "agent-pool" else None)
         self.root = self.node.root
         self.wrapper = self.node.wrapper
         self.fake = self.node.fake
@@ -183,9 +197,9 @@ class CellNode:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
-def new_cell_node(name, parent=None):
+def new_cell_node(name, parent=None, mode="arc"):
     base = tempfile.mkdtemp(prefix=f"faults-{re.sub(r'[^A-Za-z0-9]+', '-', name)}-", dir=parent)
-    return CellNode(base)
+    return CellNode(base, mode)
 
 
 class WatchedRun:

@@ -1,6 +1,7 @@
 """The fast subset of the fault matrix (tests/faults; `make faults` runs all of it): a clean
 run as the reference, kill -9 at two deterministic points, a full /etc, a throttled ARM, a
-truncated artifact and two bootstraps at once. Each must converge once the fault is gone and
+truncated artifact, two bootstraps at once, and in agent-pool mode a clean run (its own
+reference) and a throttled listBootstrapData. Each must converge once the fault is gone and
 leave no file of ours corrupted (half-written while failing, or unlike the clean run's)."""
 
 import os
@@ -24,7 +25,8 @@ def results(tmp_path_factory):
 
 
 def test_the_subset_has_a_cell_of_every_group():
-    assert {c.group for c in FAST} == {"baseline", "kill -9", "ENOSPC", "endpoint", "artifact", "concurrency"}
+    assert {c.group for c in FAST} == {"baseline", "kill -9", "ENOSPC", "endpoint", "artifact", "concurrency",
+                                           "agent-pool"}
 
 
 @pytest.mark.parametrize("name", [c.name for c in FAST])
