@@ -22,6 +22,9 @@ def parse_args(argv):
                    help="divide ARM's documented bucket sizes and refill rates by F (default 1): a small "
                         "machine sends a fleet's requests more slowly than the fleet would, so its buckets "
                         "never run dry; F > 1 puts them under the same pressure")
+    p.add_argument("--join-mode", choices=("arc", "agent-pool"), default="arc",
+                   help="arc (default): each node its own Arc machine and roles; agent-pool: every node joins "
+                        "the emulator's FlexNodes pool with the pool's one service principal")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory (always kept on failure)")
     args = p.parse_args(argv)
@@ -48,7 +51,7 @@ def main(argv=None):
     progress = None if args.json else (lambda line: print(line, file=sys.stderr, flush=True))
     settings = scaled_figures(args.scale) if args.scale != 1 else None
     result = simulation.run(args.nodes, parallel=args.parallel, settings=settings, keep=args.keep,
-                            progress=progress, node_niceness=NODE_NICENESS)
+                            progress=progress, node_niceness=NODE_NICENESS, join_mode=args.join_mode)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:

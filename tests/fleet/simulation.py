@@ -14,6 +14,14 @@ User-Agent (azure-core's UserAgentPolicy, azure/core/pipeline/policies/_universa
 here to `aks-flex-node-fleet/<name>`; the Arc agent stand-in's calls name the node's
 machine in their path. A 429 is "honoured" when the same client (node and User-Agent) sent
 its next call of that operation type no sooner than Retry-After seconds after the refused one.
+
+join_mode "agent-pool" (docs/design.md, "Join modes"): every node joins the emulator's
+FlexNodes pool with ONE service principal, the pool's identity, which holds only the Flex
+Node Agent Role on the pool (one assignment for the whole fleet, made once by the operator).
+ARM throttles per principal, so the fleet shares one set of buckets. That role may not
+delete Machines and no node may delete its own Node, so the nodes' unjoins leave both; the
+operator then deletes them all with one deleteMachines call, as `az aks nodepool
+delete-machines` does, and only then is nothing left.
 """
 
 import collections
@@ -30,6 +38,8 @@ import threading
 import time
 
 from aks_flex_node.azure import roles as role_presets
+from tests import harness
+from tests.emulator import constants as C
 from tests.emulator import throttling
 from tests.emulator_fixtures import start_emulator, stop_fake_units
 from tests.faults.node import scratch_node
@@ -79,6 +89,9 @@ class FleetResult:
     preexisting_assignments: int = 0
     leftovers: dict = dataclasses.field(default_factory=dict)
     base: str = ""
+    join_mode: str = "arc"
+    kept_by_nodes: dict = dataclasses.field(default_factory=dict)  # agent-pool: left for the operator
+    operator_cleanup_seconds: float = None
 
     @property
     def joined(self):
@@ -98,7 +111,8 @@ class FleetResult:
         return max(timed, key=lambda r: getattr(r, f"{phase}_seconds"), default=None)
 
     def ceilings(self):
-        """Per role preset: assignments per node and the nodes one subscription holds."""
+        """Per role preset: assignments per node and the nodes one subscription holds (Arc
+        mode; an agent pool's nodes share one assignment)."""
         room = self.role_assignment_limit - self.preexisting_assignments
         return {name: {"assignments_per_node": len(preset), "max_nodes": room // len(preset)}
                 for name, preset in sorted(role_presets.PRESETS.items())}
@@ -119,16 +133,23 @@ def node_name(i):
     return f"fleet-{i:03d}"
 
 
-def _make_node(base, emu, name):
+def _make_node(base, emu, name, join_mode="arc"):
     key_dir = os.path.join(emu.himds_key_dir, "hosts", name)
     os.makedirs(key_dir, mode=0o700, exist_ok=True)
     himds = emu.himds.replace("/metadata/", f"/hosts/{name}/metadata/", 1)
-    return scratch_node(os.path.join(base, name), emu, himds_key_dir=key_dir,
-                        # node_ready_timeout: the product's default (configspec.ini), not the
-                        # harness's 60 s: 20 nodes share 2 cores, a kubelet may start late.
-                        config={"machine_name": name, "himds_endpoint": himds, "node_ready_timeout": "300"},
+    # node_ready_timeout: the product's default (configspec.ini), not the harness's 60 s:
+    # 20 nodes share 2 cores, a kubelet may start late.
+    config = {"machine_name": name, "himds_endpoint": himds, "node_ready_timeout": "300"}
+    if join_mode == "agent-pool":
+        config.update(join_mode="agent-pool", agent_pool=C.FLEX_POOL, sp_client_id=C.NODE_SP_CLIENT_ID,
+                      arc_tags="", himds_endpoint="")
+    node = scratch_node(os.path.join(base, name), emu, himds_key_dir=key_dir, config=config,
                         env={"AZURE_HTTP_USER_AGENT": USER_AGENT_TAG + name,
                              "FAKE_KUBELET_INTERVAL": KUBELET_INTERVAL})
+    if join_mode == "agent-pool":  # the pool's identity, not the harness's operator
+        with open(node.path(harness.SECRET_PATH), "w") as f:
+            f.write(C.NODE_SP_CLIENT_SECRET + "\n")
+    return node
 
 
 def _cli_as_agent(node, verb):
@@ -194,7 +215,8 @@ def default_parallel(n):
     return min(n, PER_CPU * (os.cpu_count() or 1))
 
 
-def run(n, parallel=None, settings=None, keep=False, progress=None, parent=None, node_niceness=0):
+def run(n, parallel=None, settings=None, keep=False, progress=None, parent=None, node_niceness=0,
+        join_mode="arc"):
     """Join `n` nodes, report, unjoin them; a FleetResult. `settings` are emulator settings
     to apply first (tests make the buckets tiny to force 429s). `node_niceness` > 0 renices
     this process once the emulator runs, so the nodes it starts yield the CPU to the
@@ -213,10 +235,10 @@ def run(n, parallel=None, settings=None, keep=False, progress=None, parent=None,
         figures = {k: {"bucket": world["settings"][f"arm_{k}_bucket"],
                        "refill_per_second": world["settings"][f"arm_{k}_refill"]} for k in throttling.KINDS}
         result = FleetResult(n, parallel, datetime.date.today().isoformat(), figures,
-                             world["settings"]["role_assignment_limit"], base=base)
+                             world["settings"]["role_assignment_limit"], base=base, join_mode=join_mode)
         result.preexisting_assignments = len(world["role_assignments"])
         names = [node_name(i) for i in range(n)]
-        nodes = [_make_node(base, emu, name) for name in names]
+        nodes = [_make_node(base, emu, name, join_mode) for name in names]
         result.runs = [NodeRun(name) for name in names]
         if progress:
             progress(f"{n} nodes prepared under {base}; joining {parallel} at a time")
@@ -224,7 +246,10 @@ def run(n, parallel=None, settings=None, keep=False, progress=None, parent=None,
         result.join_wall = round(_all(nodes, result.runs, "bootstrap", parallel, progress), 1)
         joined_state = emu.state()
         mark = emu.throttling()["next"]
-        principals = {m["name"]: m["principal_id"] for m in joined_state["machines"] if m["name"] in names}
+        if join_mode == "agent-pool":
+            principals = {name: C.NODE_SP_OBJECT_ID for name in names}
+        else:
+            principals = {m["name"]: m["principal_id"] for m in joined_state["machines"] if m["name"] in names}
         per_principal = collections.Counter(a["principal_id"] for a in joined_state["role_assignments"])
         result.assignments_per_node = sorted(set(per_principal[principals[name]] for name in principals))
 
@@ -233,7 +258,14 @@ def run(n, parallel=None, settings=None, keep=False, progress=None, parent=None,
             stop_fake_units(node.state_dir)
         calls = emu.throttling()["calls"]
         _analyse(result, calls[:mark], calls[mark:], set(names))
-        result.leftovers = leftovers(emu.state(), set(names), set(principals.values()))
+        if join_mode == "agent-pool":
+            # The pool's role assignment is the operator's, for the pool, not the nodes'.
+            left = leftovers(emu.state(), set(names), set())
+            result.kept_by_nodes = {"pool_machines": left["pool_machines"], "nodes": left["nodes"]}
+            result.operator_cleanup_seconds = operator_delete_machines(emu, left["pool_machines"])
+            result.leftovers = leftovers(emu.state(), set(names), set())
+        else:
+            result.leftovers = leftovers(emu.state(), set(names), set(principals.values()))
         return result
     finally:
         for node in nodes:
@@ -284,10 +316,35 @@ def _analyse(result, join_calls, unjoin_calls, names):
         result.throttled[phase] = {"seen": seen, "honoured": honoured}
 
 
+def operator_delete_machines(emu, names, timeout=300):
+    """The operator's cleanup of an agent pool's fleet: one POST deleteMachines naming every
+    Machine (what `az aks nodepool delete-machines --machine-names ...` sends), its
+    Azure-AsyncOperation polled to the end; seconds taken (None when there was nothing)."""
+    if not names:
+        return None
+    started = time.monotonic()
+    status, headers, body = emu.arm_call("POST", f"{C.FLEX_POOL_ID}/deleteMachines", C.AGENTPOOL_API,
+                                         {"machineNames": list(names)})
+    if status != 202:
+        raise RuntimeError(f"deleteMachines answered {status}: {body}")
+    monitor = headers["Azure-AsyncOperation"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, _, body = emu.http("GET", monitor, headers={"Authorization": f"Bearer {emu.arm_token()}"})
+        if status == 200 and body.get("status") != "InProgress":
+            if body.get("status") != "Succeeded":
+                raise RuntimeError(f"deleteMachines ended {body}")
+            return round(time.monotonic() - started, 1)
+        time.sleep(1)
+    raise RuntimeError(f"deleteMachines still running after {timeout} s")
+
+
 def leftovers(state, names, principals):
     """What the emulator still holds of the fleet's nodes."""
     return {
         "arc_machines": sorted(m["name"] for m in state["machines"] if m["name"] in names),
+        "pool_machines": sorted(m["name"] for pool in state.get("agentpool_machines", {}).values()
+                                for m in pool if m["name"] in names),
         "role_assignments": sorted(a["name"] for a in state["role_assignments"] if a["principal_id"] in principals),
         "nodes": sorted(n["metadata"]["name"] for nodes in state["nodes"].values() for n in nodes
                         if n["metadata"]["name"] in names),
@@ -309,7 +366,9 @@ def render(result):
                else f"at most {result.parallel} at a time")
     fig = result.figures
     lines = [
-        f"fleet simulation, {result.date}: {result.nodes_wanted} nodes, one subscription, bootstraps started {at_once}",
+        f"fleet simulation, {result.date}: {result.nodes_wanted} nodes, one subscription, bootstraps started {at_once}"
+        + (f", join_mode agent-pool (one service principal for the pool {C.FLEX_POOL}: one set of buckets)"
+           if result.join_mode == "agent-pool" else ""),
         "ARM buckets per principal: reads {r[bucket]} +{r[refill_per_second]:g}/s, writes {w[bucket]} "
         "+{w[refill_per_second]:g}/s, deletes {d[bucket]} +{d[refill_per_second]:g}/s".format(
             r=fig["reads"], w=fig["writes"], d=fig["deletes"]),
@@ -331,11 +390,20 @@ def render(result):
     slow_join, slow_unjoin = result.slowest("join"), result.slowest("unjoin")
     lines.append(f"| slowest node (s) | {slow_join.name if slow_join else '-'} {slow_join.join_seconds if slow_join else ''} | "
                  f"{slow_unjoin.name if slow_unjoin else '-'} {slow_unjoin.unjoin_seconds if slow_unjoin else ''} |")
-    lines += ["", f"role assignments per node measured: {result.assignments_per_node}; "
-                  f"limit {result.role_assignment_limit} per subscription, {result.preexisting_assignments} there before",
-              "| role preset | assignments per node | max nodes per subscription |", "|---|---|---|"]
-    for name, c in result.ceilings().items():
-        lines.append(f"| {name} | {c['assignments_per_node']} | {c['max_nodes']} |")
+    if result.join_mode == "agent-pool":
+        lines += ["", f"role assignments held by the pool's identity: {result.assignments_per_node} for the whole "
+                      "fleet (made once by the operator; a node adds none, so the subscription's "
+                      f"{result.role_assignment_limit} assignments do not bound the fleet)",
+                  "kept by the nodes' unjoins (the pool's role may not delete Machines; no node may delete its "
+                  f"own Node): {len(result.kept_by_nodes.get('pool_machines', []))} Machines, "
+                  f"{len(result.kept_by_nodes.get('nodes', []))} Nodes; the operator's one deleteMachines "
+                  f"took {result.operator_cleanup_seconds} s"]
+    else:
+        lines += ["", f"role assignments per node measured: {result.assignments_per_node}; "
+                      f"limit {result.role_assignment_limit} per subscription, {result.preexisting_assignments} there before",
+                  "| role preset | assignments per node | max nodes per subscription |", "|---|---|---|"]
+        for name, c in result.ceilings().items():
+            lines.append(f"| {name} | {c['assignments_per_node']} | {c['max_nodes']} |")
     lines.append("")
     left = {k: v for k, v in result.leftovers.items() if v}
     lines.append("left in the emulator after unjoin: " + (json.dumps(left) if left else "nothing"))

@@ -38,6 +38,25 @@ def test_a_small_fleet_joins_under_throttling_and_leaves_nothing(tmp_path):
     assert result.ok and report.endswith("PASS")
 
 
+def test_an_agent_pool_fleet_shares_one_identity_and_the_operator_cleans_up(tmp_path):
+    """Six nodes join the FlexNodes pool with the pool's one service principal, whose
+    buckets they share; the nodes' unjoins leave the Machines and Nodes (docs/roles.md),
+    the operator's one deleteMachines removes them all."""
+    result = simulation.run(NODES, settings=TINY_BUCKETS, parent=tmp_path, join_mode="agent-pool")
+    report = simulation.render(result)
+    assert result.joined == NODES and result.unjoined == NODES, report
+    # Per node: listBootstrapData (a POST action: a write) and the Machine's PUT; no role
+    # assignment, no Arc machine, nothing deleted by the nodes themselves.
+    assert result.arm["join"]["writes"] == [2] * NODES, report
+    assert result.arm["unjoin"]["deletes"] == [0] * NODES, report
+    assert result.assignments_per_node == [1], report  # the operator's, on the pool
+    assert result.not_honoured == [] and result.unattributed == 0, report
+    names = [simulation.node_name(i) for i in range(NODES)]
+    assert result.kept_by_nodes == {"pool_machines": names, "nodes": names}, report
+    assert not any(result.leftovers.values()), report
+    assert "the operator's one deleteMachines" in report and report.endswith("PASS")
+
+
 def test_scale_divides_the_documented_figures_and_refuses_nonsense(capsys):
     scaled = scaled_figures(5)
     for kind, (bucket, refill) in throttling.DOCUMENTED.items():
