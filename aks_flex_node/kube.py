@@ -144,6 +144,19 @@ class KubeClient:
             raise KubeError(f"node name = {name!r}: expected a Kubernetes node name")
         return "/api/v1/nodes/" + urllib.parse.quote(name, safe="")
 
+    def authenticates(self):
+        """Whether the API server takes this client's credential: GET /api (discovery, which
+        every authenticated user may read) answers 401 to one it rejects, which is never
+        taken as anonymous (kubernetes.io/docs/reference/access-authn-authz/authentication/
+        #anonymous-requests); a 403 still means it was taken (what it may do is RBAC's)."""
+        try:
+            self._call("GET", "/api")
+        except Unauthorized:
+            return False
+        except Forbidden:
+            return True
+        return True
+
     def get_node(self, name):
         status, payload = self._call("GET", self._node_path(name))
         if status == 404:

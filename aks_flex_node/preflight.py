@@ -252,6 +252,8 @@ def _unreachable(what, failure, remedy):
 
 
 def check_arm(ctx):
+    if ctx.config.join_mode == "bootstrap-token":
+        return None  # this mode calls no Azure endpoint
     endpoints = ctx.config.endpoints
     for label, url in (("Azure Resource Manager", endpoints.arm),
                        ("Entra ID", endpoints.authority)):
@@ -280,11 +282,16 @@ def check_cluster_api(ctx):
     from aks_flex_node.errors import FlexNodeError
     from aks_flex_node.steps.kubelet import CA_PATH, api_server_of
 
-    try:
-        server, _ca = api_server_of(ctx.host, tls=not _arc_mode(ctx))
-    except FlexNodeError:
-        return None  # not known before the credentials phase; it is checked there
-    ca_file = ctx.host.path(CA_PATH)
+    cfg = ctx.config
+    if cfg.is_set("api_server") and cfg.is_set("cluster_ca_file") and cfg.cluster_ca_file:
+        # Given by the operator (bootstrap-token mode, or overriding the pool's): known now.
+        server, ca_file = cfg.api_server_url, ctx.host.path(cfg.cluster_ca_file)
+    else:
+        try:
+            server, _ca = api_server_of(ctx.host, tls=not _arc_mode(ctx))
+        except FlexNodeError:
+            return None  # not known before the credentials phase; it is checked there
+        ca_file = ctx.host.path(CA_PATH)
     failure = _reachable(server.rstrip("/") + "/readyz", ctx.http_policy,
                          cafile=ca_file if os.path.exists(ca_file) else None)
     if failure:

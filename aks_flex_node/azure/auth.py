@@ -222,6 +222,15 @@ def credential(settings, root=None):
     """A TokenCredential for the operator. `settings` is an AuthSettings or the Config."""
     if not isinstance(settings, AuthSettings):
         settings = AuthSettings.from_config(settings, root)
+    if not settings.method:
+        # join_mode = bootstrap-token needs no [auth] (its join asks Azure nothing); what
+        # still asks for a credential here (a Machine left by an earlier agent-pool join,
+        # say) cannot be done without one.
+        raise AuthError(
+            "auth_method = '': no Azure credential is configured (join_mode = bootstrap-token needs none to "
+            "join), and this needs one",
+            remedy=f"set auth_method in [auth] to one of {', '.join(AUTH_METHODS)} with its keys, or do this "
+            "step from a machine with an operator credential")
     if settings.method not in AUTH_METHODS:
         raise AuthError(f"auth_method = {settings.method!r}: expected one of {', '.join(AUTH_METHODS)}")
 

@@ -102,6 +102,18 @@ MACHINE_NAME_EXPECTED = (
     f"or digit, at most {MACHINE_NAME_MAX} characters (a Kubernetes node name that is "
     "also a valid Arc machine name)"
 )
+# A Machine of a FlexNodes agent pool: the machineName path parameter of Machines_Get and
+# Machines_CreateOrUpdate (Azure/azure-rest-api-specs, specification/containerservice/
+# resource-manager/Microsoft.ContainerService/aks/preview/2026-05-02-preview/managedClusters.json).
+# In agent-pool mode the name is both that and the Node's name, so a dotted DNS host name,
+# fine for an Arc machine and a Node, is not one.
+AGENT_POOL_MACHINE_PATTERN = r"^[a-z][a-z0-9]{0,11}$|^[a-zA-Z0-9][-_a-zA-Z0-9]{0,39}$"
+_AGENT_POOL_MACHINE = re.compile(AGENT_POOL_MACHINE_PATTERN)
+AGENT_POOL_MACHINE_EXPECTED = (
+    f"a Machine name of the agent pool (the AKS API's pattern {AGENT_POOL_MACHINE_PATTERN}) that is also "
+    "a Kubernetes node name: lowercase letters, digits and '-', starting and ending with a letter or "
+    "digit, at most 40 characters, no '.'"
+)
 _VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z][0-9A-Za-z.-]*)?)$", re.ASCII)
 _K8S_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)$", re.ASCII)
 _IMAGE_REF = re.compile(
@@ -288,6 +300,12 @@ def is_machine_name(name):
     if not name or len(name) > MACHINE_NAME_MAX:
         return False
     return all(_DNS_LABEL.match(label) for label in name.split("."))
+
+
+def is_agent_pool_machine_name(name):
+    """A name the agent pool takes for a Machine (the spec's pattern) and the cluster for the
+    Node (is_machine_name): the two together."""
+    return bool(_AGENT_POOL_MACHINE.match(name)) and is_machine_name(name)
 
 
 def check_k8s_name(value):

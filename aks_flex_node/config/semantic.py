@@ -12,7 +12,12 @@ import socket
 from aks_flex_node import clouds, paths
 from aks_flex_node import strictmodes
 from aks_flex_node.config import named_files, spec
-from aks_flex_node.config.checks import MACHINE_NAME_EXPECTED, is_machine_name
+from aks_flex_node.config.checks import (
+    AGENT_POOL_MACHINE_EXPECTED,
+    MACHINE_NAME_EXPECTED,
+    is_agent_pool_machine_name,
+    is_machine_name,
+)
 from aks_flex_node.config.model import parse_cluster_id
 from aks_flex_node.config.values import serialize
 from aks_flex_node.errors import ConfigProblem
@@ -63,6 +68,7 @@ def check_meaning(values, failed, root, held, problems, written=()):
         if ok("arc_resource_group") and not values["arc_resource_group"]:
             values["arc_resource_group"] = cluster.resource_group
 
+    machine_name_given = bool(values.get("machine_name"))
     if ok("machine_name") and not values["machine_name"]:
         hostname = _hostname(root)
         if is_machine_name(hostname.lower()):
@@ -72,6 +78,13 @@ def check_meaning(values, failed, root, held, problems, written=()):
             problems.append(ConfigProblem(
                 "machine_name", f"{hostname} (this host's name)",
                 f"{MACHINE_NAME_EXPECTED}: the hostname is not one, so set machine_name in [arc]"))
+
+    if ok("machine_name", "join_mode") and values["join_mode"] == "agent-pool" and values["machine_name"] \
+            and not is_agent_pool_machine_name(values["machine_name"]):
+        failed.add("machine_name")
+        given = values["machine_name"] if machine_name_given else f"{values['machine_name']} (this host's name)"
+        problems.append(ConfigProblem("machine_name", given, AGENT_POOL_MACHINE_EXPECTED + (
+            "" if machine_name_given else ": the hostname is not one, so set machine_name in [arc]")))
 
     if ok("cloud"):
         if values["cloud"] == clouds.CUSTOM:

@@ -13,9 +13,13 @@ In bootstrap-token mode nothing is asked of Azure: the token, the API server and
 come from the configuration (the upstream agent's bootstrap-token configs).
 
 A token is minted by every listBootstrapData call, so it is only asked for when the kubelet
-needs one (no client certificate, or an expired one) or when an operator runs bootstrap;
-the agent's periodic full passes reuse the facts recorded by the last full run. The token
-is kept in memory and in the 0600 bootstrap kubeconfig only, never in the ledger.
+needs one (no client certificate, or an expired one) and the token it was given is gone or
+no longer accepted by the API server, or when an operator runs bootstrap; the agent's
+periodic full passes reuse the facts recorded by the last full run, and a local pass that
+finds a token needed fails, so that the agent's next pass is a full one. A token the
+operator gave (bootstrap_token_file) is checked against the API server before anything on
+the host changes. The token is kept in memory and in the 0600 bootstrap kubeconfig only,
+never in the ledger.
 """
 
 import datetime
@@ -118,40 +122,106 @@ def recorded_overlay(cfg, host):
 
 def read_join_facts(ctx):
     """The cluster phase in agent-pool and bootstrap-token modes: the token, the API server
-    and its CA, and the effective configuration (ctx.config gains the pool's values)."""
-    from aks_flex_node.azure import agentpool
-
+    and its CA, and the effective configuration (ctx.config gains the pool's values). Every
+    host change waits for this phase (steps/workflow.py), so a token the API server refuses
+    fails here, with the host untouched."""
     cfg, data = ctx.base_config, ctx.data
-    if mode(cfg) == AGENT_POOL and not ctx.local_only and (
-            data.pool_values is None or token_needed(ctx.host) or ctx.options.get("refresh_pool", True)):
-        fetched = agentpool.list_bootstrap_data(ctx.azure.clients, cfg.cluster, cfg.agent_pool)
-        data.pool_values, data.server, data.ca_pem = dict(fetched.values), fetched.server, fetched.ca_pem
-        data.bootstrap_token = fetched.token
-        said = f"pool {cfg.agent_pool} of {cfg.cluster.name} (listBootstrapData)"
-    elif mode(cfg) == AGENT_POOL:
-        if data.pool_values is None:
-            raise TemporaryError("no bootstrap data recorded yet: a full run reads it",
-                                 remedy="aks-flex-node bootstrap")
-        said = f"pool {cfg.agent_pool} of {cfg.cluster.name} (as the last full run read it)"
+    if mode(cfg) == AGENT_POOL:
+        said = _pool_facts(ctx)
     else:
         data.pool_values = {}
+        _configured_server(cfg, data)
         said = "the configuration (bootstrap-token mode)"
-    if cfg.is_set("api_server"):
-        data.server = cfg.api_server_url
-    if cfg.is_set("cluster_ca_file"):
-        data.ca_pem = cfg.cluster_ca().encode()
     token = cfg.bootstrap_token()
     if token:
         data.bootstrap_token = token
-    if not data.server or not data.ca_pem:
-        raise FlexNodeError("the API server or its CA is not known",
-                            remedy="set api_server and cluster_ca_file (bootstrap-token mode)")
+        if token_needed(ctx.host):
+            _require_accepted(ctx, token)
     ctx.config = cfg.overlaid(overlay(cfg, data.pool_values), ORIGIN_POOL)
     data.kubernetes_version = ctx.config.kubernetes_version
     if not data.kubernetes_version:
         raise FlexNodeError("kubernetes_version: no version: the pool gave none and the configuration sets none",
                             remedy="set kubernetes_version in [versions]")
     return Plan(noop_reason=f"{said}: Kubernetes {data.kubernetes_version}, API server {data.server}")
+
+
+def _pool_facts(ctx):
+    """Agent-pool mode: the pool's bootstrap data, asked for (which mints a token) on an
+    operator's run, on a first join, or when the kubelet needs a token and the one it was
+    given no longer works; else as the last full run recorded it. Returns where it came from."""
+    from aks_flex_node.azure import agentpool
+
+    cfg, data = ctx.base_config, ctx.data
+    fetch = not ctx.local_only and (data.pool_values is None or ctx.options.get("refresh_pool", True))
+    if not fetch:
+        if data.pool_values is None:
+            raise TemporaryError("no bootstrap data recorded yet: a full run reads it",
+                                 remedy="aks-flex-node bootstrap")
+        _configured_server(cfg, data)
+        if token_needed(ctx.host) and not cfg.is_set("bootstrap_token_file"):
+            data.bootstrap_token = _reusable_token(ctx)
+            if data.bootstrap_token is None and ctx.local_only:
+                # The agent's next pass after a failure is a full one (agent.py): it asks.
+                raise TemporaryError(
+                    "the kubelet has no valid client certificate and its bootstrap token is gone or no "
+                    "longer accepted: a new one comes from the pool (listBootstrapData)",
+                    remedy="aks-flex-node-agent's next full pass asks for it; or run aks-flex-node bootstrap")
+            fetch = data.bootstrap_token is None
+    if not fetch:
+        return f"pool {cfg.agent_pool} of {cfg.cluster.name} (as the last full run read it)"
+    fetched = agentpool.list_bootstrap_data(ctx.azure.clients, cfg.cluster, cfg.agent_pool)
+    data.pool_values, data.server, data.ca_pem = dict(fetched.values), fetched.server, fetched.ca_pem
+    data.bootstrap_token = fetched.token
+    _configured_server(cfg, data)
+    return f"pool {cfg.agent_pool} of {cfg.cluster.name} (listBootstrapData)"
+
+
+def _configured_server(cfg, data):
+    """The API server and its CA as the operator configured them, over the pool's."""
+    if cfg.is_set("api_server"):
+        data.server = cfg.api_server_url
+    if cfg.is_set("cluster_ca_file"):
+        data.ca_pem = cfg.cluster_ca().encode()
+    if not data.server or not data.ca_pem:
+        raise FlexNodeError("the API server or its CA is not known",
+                            remedy="set api_server and cluster_ca_file (bootstrap-token mode)")
+
+
+def token_accepted(ctx, token):
+    """Whether the API server authenticates the bootstrap token `token` (unknown, expired or
+    deleted: it does not)."""
+    from aks_flex_node import kube
+
+    return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, token_provider=lambda: token,
+                           policy=ctx.http_policy).authenticates()
+
+
+def _reusable_token(ctx):
+    """The token of the bootstrap kubeconfig we wrote, while the API server still accepts
+    it (a kubelet that lost its certificate bootstraps again with it: no new token is
+    minted), else None."""
+    from aks_flex_node.steps.kubelet import bootstrap_token_of
+
+    token = bootstrap_token_of(ctx.host)
+    return token if token and token_accepted(ctx, token) else None
+
+
+def _require_accepted(ctx, token):
+    """The operator's token (bootstrap_token_file), which the kubelet is about to need: an
+    AuthError naming the file and what to do when the API server refuses it."""
+    from aks_flex_node.errors import AuthError
+
+    if token_accepted(ctx, token):
+        return
+    cfg = ctx.base_config
+    where = (f"bootstrap_token_file = {cfg.bootstrap_token_file!r}" if cfg.bootstrap_token_file
+             else "the bootstrap token of the imported config.json (azure.bootstrapToken)")
+    raise AuthError(
+        f"{where}: the API server {ctx.data.server} does not accept this bootstrap token (401): it has "
+        "expired, was deleted, or belongs to another cluster; nothing was changed on this host",
+        remedy="put a valid token (one line, <6 chars>.<16 chars>) in bootstrap_token_file: a cluster admin "
+        "makes one (kubeadm token create, or listBootstrapData of a FlexNodes agent pool); then run "
+        "aks-flex-node bootstrap again")
 
 
 def check_api_server(ctx):

@@ -195,6 +195,19 @@ def api_server_of(host, tls=False):
     raise TemporaryError(f"{' and '.join(candidates)}: gone: the API server is not known")
 
 
+def bootstrap_token_of(host):
+    """The token in the bootstrap kubeconfig we wrote, or None when there is none we can read
+    (the file is ours and rewritten whenever a token is needed, so anything odd is "none")."""
+    raw = host.read_bytes(BOOTSTRAP_KUBECONFIG)
+    if raw is None:
+        return None
+    try:
+        token = json.loads(raw.decode("utf-8"))["users"][0]["user"]["token"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return token if isinstance(token, str) and token else None
+
+
 def resolv_conf(host):
     # systemd-resolved's real upstream list, when it runs; a stub 127.0.0.53 resolv.conf
     # would make pods loop DNS back to themselves.

@@ -137,13 +137,30 @@ class NodeReadyStep(Step):
 
     @staticmethod
     def _delete(ctx, entry):
-        """With the node's own identity, while it still has its roles (the roles phase is
-        undone after this one) or its client certificate (the Node authorizer lets a node
-        delete its own Node: kubernetes.io/docs/reference/access-authn-authz/node/)."""
+        """With the node's own identity: in Arc mode while it still has its roles (the roles
+        phase is undone after this one); in the TLS bootstrap modes with the kubelet's client
+        certificate, which a cluster may refuse: the Node authorizer's rules have not let a
+        kubelet delete Node objects since Kubernetes 1.13 (kubernetes/kubernetes#71021;
+        kubernetes.io/docs/reference/access-authn-authz/node/). Then the Node is left to the
+        cluster, and the report says so and what an admin runs."""
+        from aks_flex_node import kube
+        from aks_flex_node.engine.undo import Leftover
+
         name, tls = entry["id"], entry.get("credential") == KUBELET_CERT_CREDENTIAL
         ctx.data.server, ctx.data.ca_pem = api_server_of(ctx.host, tls=tls)
-        kube_client(ctx, tls=tls).delete_node(name)
+        try:
+            kube_client(ctx, tls=tls).delete_node(name)
+        except kube.Forbidden:
+            if not tls:
+                raise
+            ctx.ledger.forget("node", name)  # nothing more this node can do
+            return [Leftover(
+                f"Kubernetes node {name}",
+                "left to the cluster: its kubelet may not delete its own Node (the Node authorizer "
+                "refused, 403); the Node turns NotReady once the kubelet stops, and a cluster admin "
+                f"removes it: kubectl delete node {name}", kept=True)]
         ctx.ledger.forget("node", name)
+        return []
 
 
 # How undo must ask to delete the Node: the ledger entry says, whatever the config says then.

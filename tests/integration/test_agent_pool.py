@@ -126,12 +126,17 @@ def test_the_kubelet_rotates_its_certificate_and_the_node_stays_joined(pool_node
     assert summary["state"] == "succeeded"
 
 
-def test_unbootstrap_deletes_the_node_and_says_who_may_delete_the_machine(pool_node):
+def test_unbootstrap_leaves_the_node_and_machine_and_says_who_may_delete_them(pool_node):
     node, emu = pool_node, pool_node.emu
     assert node.cli_json("bootstrap")[0].returncode == 0
     proc, summary = node.cli_json("unbootstrap")
     assert proc.returncode == 0, proc.stderr
-    assert _node_object(emu) is None  # deleted with the node's own certificate
+    # A kubelet may not delete its own Node (Kubernetes >= 1.13): asked as the kubelet,
+    # refused, and left to the cluster, said plainly.
+    assert emu.requests(server="apiserver", method="DELETE", path_contains=f"/nodes/{MACHINE_NAME}")
+    assert _node_object(emu) is not None
+    [left] = [k for k in summary["kept"] if k.startswith(f"Kubernetes node {MACHINE_NAME}")]
+    assert "left to the cluster" in left and f"kubectl delete node {MACHINE_NAME}" in left
     # The Flex Node Agent Role may not delete the Machine: kept, and the command is named.
     assert MACHINE_NAME in _pool_machines(emu)
     [kept] = [k for k in summary["kept"] if "machine" in k]
@@ -167,3 +172,104 @@ def test_without_the_pool_role_preflight_names_it_and_changes_nothing(pool_node)
     assert "listBootstrapData/action" in proc.stderr
     # Only the run's own record (status.json, the lock) is new: the host is untouched.
     assert {f for f in node.files() - before if not f.startswith("/var/lib/aks-flex-node")} == set()
+
+
+def _minted(emu):
+    return len(emu.requests(server="arm", method="POST", path_contains="/listBootstrapData"))
+
+
+def _lose_the_client_certificate(node, bootstrap_kubeconfig_too=False):
+    """The kubelet stops and its client certificate is gone (a disk replaced, a cleanup, or
+    one that expired while the node was off): it must TLS-bootstrap again."""
+    import shutil
+    import subprocess
+
+    subprocess.run(["systemctl", "stop", "kubelet"], env=node.env, check=True)
+    shutil.rmtree(node.path("/var/lib/kubelet/pki"))
+    if bootstrap_kubeconfig_too:
+        os.unlink(node.path("/var/lib/kubelet/bootstrap-kubeconfig"))
+
+
+def test_the_agent_asks_the_pool_for_a_token_only_when_the_kubelet_needs_one(pool_node):
+    node, emu = pool_node, pool_node.emu
+    assert node.cli_json("bootstrap")[0].returncode == 0
+    minted, serial = _minted(emu), _kubelet_status(node)["cert_serial"]
+    token = json.loads(node.read("/var/lib/kubelet/bootstrap-kubeconfig"))["users"][0]["user"]["token"]
+
+    # The kubelet's certificate is good: a full pass mints nothing.
+    proc = node.cli("agent", "--once")
+    assert proc.returncode == 0, proc.stderr
+    assert _minted(emu) == minted
+
+    # The certificate is gone but the token it was given still works: the kubelet
+    # bootstraps again with it; still nothing minted.
+    _lose_the_client_certificate(node)
+    proc = node.cli("agent", "--once")
+    assert proc.returncode == 0, proc.stderr
+    assert _minted(emu) == minted
+    assert _kubelet_status(node)["cert_serial"] != serial
+    assert json.loads(node.read("/var/lib/kubelet/bootstrap-kubeconfig"))["users"][0]["user"]["token"] == token
+
+    # Certificate and token both gone: the agent's local pass cannot fetch one (it asks
+    # Azure nothing) and fails; the full pass after it asks the pool, writes a new 0600
+    # bootstrap kubeconfig, and the node comes back.
+    from tests.integration.test_agent import start_agent, status, wait_for
+
+    agent = start_agent(node, "--interval", "1")
+    try:
+        assert wait_for(lambda: status(node).get("pass") == "local" and status(node).get("state") == "succeeded",
+                        60), status(node)
+        serial = _kubelet_status(node)["cert_serial"]
+        _lose_the_client_certificate(node, bootstrap_kubeconfig_too=True)
+        assert wait_for(lambda: _minted(emu) == minted + 1, 60), status(node)
+        assert wait_for(lambda: status(node).get("state") == "succeeded"
+                        and _kubelet_status(node).get("cert_serial") not in (None, serial), 60), status(node)
+        time.sleep(3)  # more passes: the new certificate is good, nothing more is minted
+        assert _minted(emu) == minted + 1
+    finally:
+        agent.terminate()
+        _out, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err
+    assert "its bootstrap token is gone or no longer accepted" in err  # the local pass said why
+    assert node.mode("/var/lib/kubelet/bootstrap-kubeconfig") == 0o600
+    new = json.loads(node.read("/var/lib/kubelet/bootstrap-kubeconfig"))["users"][0]["user"]["token"]
+    assert new != token and new.split(".")[0] in {t["token_id"] for t in _tokens(emu)}
+    node_object = _node_object(emu)
+    assert [c["status"] for c in node_object["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+
+
+def test_a_pending_join_is_retried_until_the_pool_role_is_in_place(pool_node):
+    """The postinst marks the join pending; the node's role is not assigned yet (and the
+    pool throttles at first): the agent retries, and joins once an operator assigns it."""
+    from tests.integration.test_agent import PENDING, start_agent, status, wait_for
+
+    node, emu = pool_node, pool_node.emu
+    [assignment] = [a for a in emu.state()["role_assignments"] if a["principal_id"] == C.NODE_SP_OBJECT_ID]
+    path = f"{assignment['scope']}/providers/Microsoft.Authorization/roleAssignments/{assignment['name']}"
+    assert emu.arm_call("DELETE", path, "2022-04-01")[0] in (200, 204)
+    emu.faults([{"match": {"method": "POST", "path_regex": "listBootstrapData", "times": 2},
+                 "respond": {"status": 429, "headers": {"Retry-After": "1"},
+                             "body": {"error": {"code": "TooManyRequests", "message": "throttled"}}}}])
+    os.makedirs(node.path("/var/lib/aks-flex-node"), exist_ok=True)
+    open(node.path(PENDING), "w").close()
+    agent = start_agent(node, "--interval", "1")
+    try:
+        assert wait_for(lambda: status(node).get("state") == "pending", 60), status(node)
+        assert "agent-pool" in json.dumps(status(node).get("error"))
+        assert _pool_machines(emu) == {} and _minted(emu) == 0
+        role_id = (f"/subscriptions/{C.SUBSCRIPTION_ID}/providers/Microsoft.Authorization/roleDefinitions/"
+                   f"{C.ROLE_AKS_FLEX_NODE_AGENT}")
+        put = emu.arm_call("PUT", path, "2022-04-01", body={"properties": {
+            "roleDefinitionId": role_id, "principalId": C.NODE_SP_OBJECT_ID, "principalType": "ServicePrincipal"}})
+        assert put[0] in (200, 201), put
+        assert wait_for(lambda: status(node).get("state") == "succeeded", 120), status(node)
+    finally:
+        agent.terminate()
+        _out, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err
+    assert "retrying" in err
+    assert not os.path.exists(node.path(PENDING))
+    # The two 429s were waited out (Retry-After), then one token minted.
+    throttled = emu.requests(server="arm", method="POST", path_contains="/listBootstrapData")
+    assert [r["status"] for r in throttled] == [429, 429, 200]
+    assert MACHINE_NAME in _pool_machines(emu)

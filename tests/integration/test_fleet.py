@@ -33,7 +33,7 @@ def test_a_small_fleet_joins_under_throttling_and_leaves_nothing(tmp_path):
     assert result.arm["join"]["writes"] == [5] * NODES, report
     assert result.arm["unjoin"]["deletes"] == [4] * NODES, report
     assert result.assignments_per_node == [3], report
-    assert result.leftovers == {"arc_machines": [], "role_assignments": [], "nodes": []}, report
+    assert result.leftovers == {"arc_machines": [], "pool_machines": [], "role_assignments": [], "nodes": []}, report
     assert result.ceilings()["legacy"] == {"assignments_per_node": 3, "max_nodes": (4000 - 3) // 3}
     assert result.ok and report.endswith("PASS")
 

@@ -218,6 +218,17 @@ def test_unknown_auth_method_names_the_field():
         auth.credential(auth.AuthSettings(method="password", tenant_id=C.TENANT_ID))
 
 
+def test_no_auth_method_says_none_is_configured_and_what_to_set():
+    """bootstrap-token mode has no [auth]: a step that still needs Azure gets a plain answer,
+    not "'' is not one of the methods"."""
+    with pytest.raises(AuthError) as caught:
+        auth.credential(auth.AuthSettings(method="", tenant_id=""))
+    assert "auth_method = '': no Azure credential is configured" in caught.value.message
+    assert "join_mode = bootstrap-token" in caught.value.message
+    assert "set auth_method in [auth]" in caught.value.remedy
+    assert caught.value.exit_code == ExitCode.AUTH
+
+
 def test_managed_identity_client_id_is_passed(monkeypatch):
     cred = auth.credential(auth.AuthSettings(method="managed-identity", tenant_id=C.TENANT_ID,
                                              managed_identity_client_id="aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"))

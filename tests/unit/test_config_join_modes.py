@@ -130,6 +130,44 @@ def test_agent_pool_refuses_what_only_an_arc_machine_uses(root, key, value):
     assert found[key].expected == "no value with join_mode = agent-pool: it is used with join_mode = arc only"
 
 
+# The Machine name pattern of the AKS API (2026-05-02-preview managedClusters.json, the
+# machineName parameter of Machines_Get / Machines_CreateOrUpdate).
+PATTERN = "^[a-z][a-z0-9]{0,11}$|^[a-zA-Z0-9][-_a-zA-Z0-9]{0,39}$"
+
+
+@pytest.mark.parametrize("name", ["flex-node-1", "edge01", "a", "x" * 40, "0edge"])
+def test_agent_pool_takes_a_machine_name_the_pool_takes(root, name):
+    assert load(root, pool_mode(machine_name=name)).machine_name == name
+
+
+@pytest.mark.parametrize("name", ["edge.example.com", "x" * 41, "node.1"])
+def test_agent_pool_refuses_a_machine_name_the_pool_does_not_take(root, name):
+    """Valid as an Arc machine and a Node (arc mode takes them), not as a Machine of the pool."""
+    assert load(root, sections(machine_name=name)).machine_name == name  # arc mode
+    found, text = problems(root, pool_mode(machine_name=name))
+    assert list(found) == ["machine_name"]
+    assert found["machine_name"].value == name
+    assert PATTERN in found["machine_name"].expected and "no '.'" in found["machine_name"].expected
+    assert name in text and "machine_name" in text
+
+
+def test_agent_pool_refuses_a_dotted_host_name_as_the_default_machine_name(tmp_path):
+    root = make_root(tmp_path, "Edge-01.example.com")
+    assert load(root, sections()).machine_name == "edge-01.example.com"  # arc mode takes it
+    found, _ = problems(root, pool_mode())
+    problem = found["machine_name"]
+    assert problem.value == "edge-01.example.com (this host's name)"
+    assert PATTERN in problem.expected
+    assert problem.expected.endswith("the hostname is not one, so set machine_name in [arc]")
+    # ... and setting it is the way out
+    assert load(root, pool_mode(machine_name="edge-01")).machine_name == "edge-01"
+
+
+def test_agent_pool_takes_a_short_host_name_as_the_machine_name(tmp_path):
+    root = make_root(tmp_path, "Edge-01")
+    assert load(root, pool_mode()).machine_name == "edge-01"
+
+
 def test_agent_pool_takes_the_bootstrap_token_keys_as_overrides(root):
     cfg = load(root, pool_mode(bootstrap_token_file=node_file(root, "bootstrap-token", TOKEN),
                                api_server="https://10.1.0.4:6443"))
