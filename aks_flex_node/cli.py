@@ -1,21 +1,29 @@
 """The `aks-flex-node` command: argument parsing, output, and the one error handler.
 
 Kept light at import time: `token` (run by the kubelet on every credential refresh) and
-`version` must not pay for the Azure SDK, so commands import what they need when they run.
+`version` must not pay for the Azure SDK nor for the workflow's step modules. So the
+command word is found before any parser is built (_command_word), only that command's
+arguments are added (SUBCOMMANDS: `bootstrap`'s need the phase names, hence the
+step modules), and each command imports what it needs when it runs. `python3 -X importtime
+-m aks_flex_node version` shows what is left: the interpreter's start, argparse and this
+package's errors module. build_parser() without a command builds every command's arguments
+(the man page and the bash completion are generated from it: tools/mkman.py).
 """
 
 import argparse
-import json
-import logging
 import math
 import os
 import re
 import sys
 
-from aks_flex_node import __version__, output, paths
+from aks_flex_node import __version__, output
 from aks_flex_node.errors import ExitCode, FlexNodeError, UsageError
 
-log = logging.getLogger("aks_flex_node")
+# The config file's default location (aks_flex_node/paths.py CONFIG and SECRET), spelled
+# here so that parsing does not import pathlib; tests/unit/test_cli.py checks they agree.
+DEFAULT_CONFIG = "/etc/aks-flex-node/aks-flex-node.conf"
+DEFAULT_SECRET = "/etc/aks-flex-node/sp-client-secret"
+ALL = "all"  # build_parser(ALL): every command with its arguments
 ROOT_ENV = "AKS_FLEX_NODE_ROOT"
 CONFIG_ENV = "AKS_FLEX_NODE_CONFIG"
 
@@ -66,7 +74,7 @@ class _Parser(argparse.ArgumentParser):
 def _common(parser):
     parser.add_argument("--root", default=argparse.SUPPRESS, type=_path("/mnt/image"), metavar="DIR",
                         help="act on the filesystem below DIR instead of / (tests, image building)")
-    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH", type=_path(paths.CONFIG),
+    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH", type=_path(DEFAULT_CONFIG),
                         help="configuration file (INI, or the upstream agent's config.json); "
                         "default /etc/aks-flex-node/aks-flex-node.conf")
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -75,19 +83,10 @@ def _common(parser):
                         help="more log output (-vv for debug)")
 
 
-def build_parser():
+def _bootstrap_arguments(p, common):
     from aks_flex_node.steps.workflow import PHASE_HELP, PHASE_NAMES
 
-    common = _Parser(add_help=False)
-    _common(common)
-    parser = _Parser(prog="aks-flex-node", parents=[common],
-                     description="Join this machine to an AKS cluster through Azure Arc, "
-                     "and take it out again.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-
     phases = "; ".join(f"{name}: {text}" for name, text in PHASE_HELP)
-    p = sub.add_parser("bootstrap", parents=[common], help="join this node to the cluster")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     p.add_argument("--sequential", action="store_true",
                    help="run the phases one at a time, in the upstream agent's order")
@@ -100,52 +99,92 @@ def build_parser():
     p.add_argument("--wait-lock", type=NOT_NEGATIVE, default=0.0, metavar="SECONDS",
                    help="wait this long for another run to finish")
 
-    p = sub.add_parser("unbootstrap", parents=[common],
-                       help="take this node out of the cluster and remove what bootstrap made")
+
+def _unbootstrap_arguments(p, common):
     p.add_argument("--keep-cloud-resources", action="store_true",
                    help="clean up locally only; keep the Arc machine, role assignments and Node")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be removed, and why; change nothing")
     p.add_argument("--wait-lock", type=NOT_NEGATIVE, default=0.0, metavar="SECONDS")
 
-    p = sub.add_parser("status", parents=[common], help="what the last run did")
+
+def _status_arguments(p, common):
     p.add_argument("--wait", action="store_true",
                    help="wait until the running bootstrap is over; exit with its exit code")
     p.add_argument("--timeout", type=POSITIVE, default=900.0, metavar="SECONDS")
 
-    p = sub.add_parser("preflight", parents=[common], help="check the machine before a join")
+
+def _preflight_arguments(p, common):
     p.add_argument("--ignore-preflight-errors", default="", metavar="CHECKS")
 
-    sub.add_parser("token", parents=[common],
-                   help="print an ExecCredential for the kubelet (its exec plugin)")
 
-    p = sub.add_parser("agent", parents=[common],
-                       help="the service: finish a pending join, then watch and converge")
+def _agent_arguments(p, common):
     p.add_argument("--interval", type=POSITIVE, default=60.0, metavar="SECONDS",
                    help="seconds between local passes (host only, no Azure call)")
     p.add_argument("--cloud-interval", type=POSITIVE, default=1800.0, metavar="SECONDS",
                    help="seconds between full passes (the cloud side too)")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
 
-    p = sub.add_parser("config", parents=[common], help="show, check or import the configuration")
-    csub = p.add_subparsers(dest="config_command", metavar="ACTION", parser_class=_Parser)
+
+def _config_arguments(p, common):
+    prog = "aks-flex-node config"
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", parser_class=_Parser, prog=prog)
     csub.required = True
     csub.add_parser("show", parents=[common], help="the effective configuration, secrets redacted")
     csub.add_parser("validate", parents=[common], help="check the configuration")
     ip = csub.add_parser("import", parents=[common],
                          help="convert the upstream agent's config.json into our INI file")
     ip.add_argument("source", metavar="CONFIG_JSON")
-    ip.add_argument("--output", default=None, metavar="PATH", type=_path(paths.CONFIG),
+    ip.add_argument("--output", default=None, metavar="PATH", type=_path(DEFAULT_CONFIG),
                     help="where to write (default: the configuration path)")
-    ip.add_argument("--secret-file", default=None, metavar="PATH", type=_path(paths.SECRET),
-                    help=f"where the service principal secret goes (0600; default {paths.SECRET})")
+    ip.add_argument("--secret-file", default=None, metavar="PATH", type=_path(DEFAULT_SECRET),
+                    help=f"where the service principal secret goes (0600; default {DEFAULT_SECRET})")
 
-    sub.add_parser("version", parents=[common], help="print the version")
+
+# Every command, in the order `--help` lists them: (name, help, what adds its arguments
+# given its parser and the options every command takes).
+# `token` parses its own arguments (token.py), routed in main() before any of this.
+SUBCOMMANDS = (
+    ("bootstrap", "join this node to the cluster", _bootstrap_arguments),
+    ("unbootstrap", "take this node out of the cluster and remove what bootstrap made",
+     _unbootstrap_arguments),
+    ("status", "what the last run did", _status_arguments),
+    ("preflight", "check the machine before a join", _preflight_arguments),
+    ("token", "print an ExecCredential for the kubelet (its exec plugin)", None),
+    ("agent", "the service: finish a pending join, then watch and converge", _agent_arguments),
+    ("config", "show, check or import the configuration", _config_arguments),
+    ("version", "print the version", None),
+)
+
+
+def build_parser(command=ALL):
+    """The parser. With the name of a command, only that command's parser is built (argparse
+    makes each with a help formatter and several gettext lookups: ~10 ms for all of them);
+    with None or an unknown word, every command is listed without its arguments, for
+    `--help` and for argparse's "invalid choice"."""
+    common = _Parser(add_help=False)
+    _common(common)
+    parser = _Parser(prog="aks-flex-node", parents=[common],
+                     description="Join this machine to an AKS cluster through Azure Arc, "
+                     "and take it out again.")
+    # prog given: else argparse formats a usage line to make the commands' (importing shutil).
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, prog="aks-flex-node")
+    sub.required = True
+    named = command in {name for name, _, _ in SUBCOMMANDS}
+    for name, text, add_arguments in SUBCOMMANDS:
+        if named and name != command:
+            continue
+        p = sub.add_parser(name, parents=[common], help=text)
+        if add_arguments is not None and command in (ALL, name):
+            add_arguments(p, common)
     return parser
 
 
-def _setup_logging(verbosity, base=logging.WARNING):
-    level = base - 10 * verbosity
+def _setup_logging(verbosity, service=False):
+    """Log to stderr: warnings, or for a service (the agent) what each pass changed (INFO)."""
+    import logging
+
+    level = (logging.INFO if service else logging.WARNING) - 10 * verbosity
     handler = logging.StreamHandler(sys.stderr)
     # journald adds its own timestamps (JOURNAL_STREAM is set for a unit's stderr).
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else \
@@ -186,6 +225,8 @@ def _make_host(args):
 
 
 def _print_json(doc):
+    import json
+
     json.dump(doc, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")
 
@@ -357,15 +398,29 @@ def _report_error(error, json_out):
         print(f"  what to do: {error.remedy}", file=sys.stderr)
 
 
-def _is_token_call(argv):
-    """`token` is the kubelet's exec plugin: route it before anything heavy is imported."""
+def _command_word(argv):
+    """The command `argv` names (its first word that is neither an option nor the value of
+    --root/--config), or None: found before any parser is built, so only that command's
+    arguments (and modules) are loaded."""
     args = iter(argv)
     for arg in args:
         if arg in ("--root", "--config"):
             next(args, None)  # the option's value
         elif not arg.startswith("-"):
-            return arg == "token"
-    return False
+            return arg
+    return None
+
+
+def _is_token_call(argv):
+    """`token` is the kubelet's exec plugin: route it before anything heavy is imported."""
+    return _command_word(argv) == "token"
+
+
+def _debug(message):
+    """Log the current exception's trace at DEBUG (shown with -vv)."""
+    import logging
+
+    logging.getLogger("aks_flex_node").debug(message, exc_info=True)
 
 
 def main(argv=None):
@@ -378,20 +433,20 @@ def main(argv=None):
         return token.main(rest, os.environ)
     json_out = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
-        # The agent is a service: its journal tells what each pass changed (INFO).
-        _setup_logging(getattr(args, "verbose", 0) or 0,
-                       logging.INFO if args.command == "agent" else logging.WARNING)
+        args = build_parser(_command_word(argv)).parse_args(argv)
+        if args.command == "version":  # nothing to log: no logging import either
+            return cmd_version(args)
+        _setup_logging(getattr(args, "verbose", 0) or 0, service=args.command == "agent")
         return COMMANDS[args.command](args)
     except FlexNodeError as error:
-        log.debug("failed", exc_info=True)
+        _debug("failed")
         _report_error(error, json_out)
         return int(error.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # a bug: say so plainly, keep the trace for -vv
-        log.debug("internal error", exc_info=True)
+        _debug("internal error")
         print(f"internal error: {type(error).__name__}: {error} (run with -vv for the trace)",
               file=sys.stderr)
         return int(ExitCode.FAILED)

@@ -6,22 +6,22 @@ Arc HIMDS. It stays light on purpose: stdlib + configobj (without `validate`), n
 SDK, so a token refresh costs milliseconds, not the seconds an SDK import takes.
 
 Errors go to stderr (kubelet logs them); the token goes to stdout only, once.
+
+A cache hit is what the kubelet meets almost every time, so it imports only what it uses:
+argparse, json and the package's paths and errors. The HIMDS client (urllib.request, ssl),
+configobj, the StrictModes check and the atomic writer come in only when a new token is
+needed (`python3 -X importtime -m aks_flex_node token` shows it).
 """
 
 import argparse
-import datetime
 import json
 import os
 import stat
 import sys
 import time
-import urllib.parse
 
-from aks_flex_node import paths, strictmodes
-from aks_flex_node.azure import himds
+from aks_flex_node import paths
 from aks_flex_node.errors import ExitCode, FlexNodeError
-from aks_flex_node.host import fs
-from aks_flex_node.http_policy import is_loopback
 
 # client-go compares the expiry with no skew margin (kubernetes/client-go,
 # plugin/pkg/client/auth/exec/exec.go): announce the
@@ -34,6 +34,10 @@ DEFAULT_EXEC_API_VERSION = f"{EXEC_API_GROUP}/v1beta1"
 # answer; azure/himds.py) stop after this many seconds, so the worst case stays near 20 s
 # (a request under way at the deadline may add up to himds.MIN_REQUEST_TIME).
 HIMDS_BUDGET = 20.0
+# The audience of the tokens we hand out and cache: the AKS AAD server application
+# (azure/himds.py AKS_RESOURCE; spelled here so that a cache hit does not import the
+# HIMDS client, and tests/unit/test_token.py checks the two agree).
+AKS_RESOURCE = "6dae42f8-4368-4678-94ff-3960e28e3630"
 
 
 class TokenCommandError(FlexNodeError):
@@ -49,6 +53,9 @@ def read_settings(config_path, required, root="/"):
     nobody but root can change it (StrictModes, as every other command reads it): it
     names where the HIMDS challenge key is sent and read from.
     """
+    from aks_flex_node import strictmodes
+    from aks_flex_node.azure import himds
+
     settings = {"himds_endpoint": himds.DEFAULT_ENDPOINT, "himds_key_dir": himds.DEFAULT_KEY_DIR}
     if not os.path.exists(config_path):
         if required:
@@ -140,6 +147,11 @@ def _check_loopback(endpoint, config_path):
     """himds_endpoint must be on this machine: the challenge key read from the key
     directory travels back to it in clear (azure/himds.py token_url says the same, without
     the file's name)."""
+    import urllib.parse
+
+    from aks_flex_node.azure import himds
+    from aks_flex_node.http_policy import is_loopback
+
     try:
         parts = urllib.parse.urlsplit(endpoint)
         host = parts.hostname
@@ -187,7 +199,16 @@ def exec_api_version(environ):
 
 
 def rfc3339(epoch):
-    return datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+class CachedToken:
+    """A token read back from the cache: what exec_credential reads of himds.Token."""
+
+    __slots__ = ("access_token", "expires_on")
+
+    def __init__(self, access_token, expires_on):
+        self.access_token, self.expires_on = access_token, expires_on
 
 
 def exec_credential(token, api_version, now=None):
@@ -227,7 +248,7 @@ class TokenCache:
                 return None
             try:
                 entry = json.loads(handle.read(65536))
-                token = himds.Token(str(entry["access_token"]), int(entry["expires_on"]))
+                token = CachedToken(str(entry["access_token"]), int(entry["expires_on"]))
             except (OSError, ValueError, KeyError, TypeError):  # not ours to use: fetch anew
                 return None
         if entry.get("resource") != resource or token.expires_on - now <= EARLY_EXPIRY_SECONDS:
@@ -235,6 +256,8 @@ class TokenCache:
         return token
 
     def store(self, resource, token):
+        from aks_flex_node.host import fs
+
         directory = os.path.dirname(self.path)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         info = os.lstat(directory)
@@ -263,19 +286,21 @@ def get_token(root, config_path=None, now=None):
     now = int(time.time()) if now is None else now
     node = paths.Paths(root)
     cache = TokenCache(str(node.real(paths.TOKEN_CACHE)))
-    token = cache.load(himds.AKS_RESOURCE, now)
+    token = cache.load(AKS_RESOURCE, now)
     if token is None:
+        from aks_flex_node.azure import himds
+
         settings = read_settings(config_path or str(node.real(paths.CONFIG)),
                                  required=config_path is not None, root=root)
         token = himds.get_token(
             settings["himds_endpoint"],
-            himds.AKS_RESOURCE,
+            AKS_RESOURCE,
             settings["himds_key_dir"],
             root=root,
             budget=HIMDS_BUDGET,
         )
         try:
-            cache.store(himds.AKS_RESOURCE, token)
+            cache.store(AKS_RESOURCE, token)
         except (OSError, FlexNodeError) as err:
             # A read-only or full disk must not stop the kubelet from getting its token: the
             # cache only saves a HIMDS round trip (host.fs reports a failed write as HostFileError).

@@ -1,13 +1,17 @@
 """The runner: computes the run set, then walks the steps.
 
 Independent branches (identity, install, credentials) run at once on a thread pool; a step
-starts when every step it needs has finished. `sequential` runs one step at a time in the
-declared order (the upstream agent's behaviour, kept for comparison). `dry_run` only checks:
-each selected step reports what it would change and why, nothing is applied. A step that is
-filtered out by --phase/--skip-phase but is needed by a selected one still has its read-only
-`check` run, so the facts it gathers (the machine's identity, the cluster's server) are there.
-A step whose `run_if` says it does not apply (a cloud read in a local pass) is not checked.
-What an action owes (a restart) goes into the ledger before the action runs.
+starts when every step it needs has finished, never later: the pool has a thread for every
+step, since a step mostly waits (on Azure, a download, a unit) and a ready step queued
+behind a full pool would stretch the critical path. What must be bounded is bounded where
+it is spent (the downloads: host/download.py MAX_PARALLEL). `sequential` runs one step at
+a time in the declared order (the upstream agent's behaviour, kept for comparison).
+`dry_run` only checks: each selected step reports what it would change and why, nothing
+is applied. A step that is filtered out by --phase/--skip-phase but is needed by a
+selected one still has its read-only `check` run, so the facts it gathers (the machine's
+identity, the cluster's server) are there. A step whose `run_if` says it does not apply (a
+cloud read in a local pass) is not checked. What an action owes (a restart) goes into
+the ledger before the action runs.
 
 `recent_repairs` are the (phase, action) pairs the previous pass of the agent applied. One
 that is needed again right away did not stick (something undoes it, or it has no effect
@@ -106,7 +110,7 @@ def select(steps, only=(), skip=()):
 
 class Runner:
     def __init__(self, steps, ctx, *, sequential=False, dry_run=False, only=(), skip=(),
-                 progress=None, max_workers=6, recent_repairs=frozenset()):
+                 progress=None, max_workers=None, recent_repairs=frozenset()):
         self.steps = list(steps)
         self.by_name = {s.name: s for s in self.steps}
         for step in self.steps:
@@ -118,7 +122,7 @@ class Runner:
         self.dry_run = dry_run
         self.selected = select(self.steps, only, skip)
         self.progress = progress or (lambda event, result, index, total: None)
-        self.max_workers = 1 if sequential else max_workers
+        self.max_workers = 1 if sequential else (max_workers or max(1, len(self.steps)))
         self.recent_repairs = frozenset(recent_repairs)
 
     def _schedule(self):

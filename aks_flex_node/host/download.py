@@ -5,6 +5,18 @@ github.com/Azure/AKSFlexNode, pkg/utils/utilio/download.go at tag v0.0.10); here
 artifact is fetched against a known sha256 and kept as `<cache_dir>/<sha256>-<basename>`,
 so a file whose hash is known is fetched at most once and a re-run with a warm cache
 needs no network at all.
+
+The install steps run side by side (engine/runner.py) and share the run's Downloader, so
+their artifacts download in parallel; at most `max_parallel` requests are open at once
+(each attempt takes a slot, a retry's backoff does not hold one), which bounds what a join
+asks of a mirror or a proxy however many artifacts the workflow grows.
+
+A connection dropped mid-body resumes where it stopped: the next attempt asks for the rest
+with a Range request (RFC 9110 §14.2), guarded by If-Range with the strong validator the
+first response carried (ETag, else Last-Modified: §13.1.5), so a file changed on the
+server in between comes whole instead of spliced. A server that answers 200 instead of 206
+sends the whole body, and the download starts over; without a validator it always does.
+The sha256 is computed as the bytes arrive, across attempts: one pass over the body.
 """
 
 import hashlib
@@ -40,6 +52,9 @@ BACKOFF = 1.0
 MAX_BACKOFF = 10.0
 # Statuses worth another try: server errors, request timeout, throttling (RFC 9110 §15).
 TRANSIENT_STATUS = {408, 429}
+# Requests open at once per Downloader: one per artifact of the install branch (runc,
+# containerd, kubernetes, CNI plugins) goes without waiting.
+MAX_PARALLEL = 4
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 # sha256sum output: "<hex>  <name>" (text mode) or "<hex> *<name>" (binary mode).
@@ -48,6 +63,8 @@ _GNU_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
 _BSD_LINE = re.compile(r"SHA256 \((.+)\) = ([0-9a-fA-F]{64})")
 
 # A download in progress: .download-<pid of the run>.<random>.part (see _download_to).
+# What a 206's Content-Range says it holds: "bytes <first>-<last>/<length or *>".
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _PART = re.compile(r"\.download-(\d+)\.[A-Za-z0-9_]+\.part")
 
 
@@ -79,6 +96,29 @@ class DownloadUnavailable(TemporaryError):
 
 class _Transient(Exception):
     """One attempt failed in a way that may pass; carries the reason for the last error."""
+
+
+class _Partial:
+    """The body of one fetch so far, kept across its attempts: the file it is written to,
+    how many bytes it holds, their running sha256, and the validator that lets the next
+    attempt ask for the rest (None: it cannot, it starts over)."""
+
+    def __init__(self, out):
+        self.out = out
+        self.size = 0
+        self.digest = hashlib.sha256()
+        self.validator = None
+
+    def restart(self):
+        self.out.seek(0)
+        self.out.truncate()
+        self.size = 0
+        self.digest = hashlib.sha256()
+
+    def resume_headers(self):
+        if not self.size or self.validator is None:
+            return {}
+        return {"Range": f"bytes={self.size}-", "If-Range": self.validator}
 
 
 def check_sha256(value, field="sha256"):
@@ -151,7 +191,8 @@ class Downloader:
     Without one: direct connections, the system's CAs.
     """
 
-    def __init__(self, cache_dir, policy=None, timeout=60, attempts=ATTEMPTS, backoff=BACKOFF):
+    def __init__(self, cache_dir, policy=None, timeout=60, attempts=ATTEMPTS, backoff=BACKOFF,
+                 max_parallel=MAX_PARALLEL):
         self.cache_dir = os.fspath(cache_dir)
         self.policy = policy = policy or HttpPolicy()
         ca_bundle = policy.ca_bundle
@@ -162,6 +203,9 @@ class Downloader:
         self._unverified_lock = threading.Lock()
         self.attempts = max(1, int(attempts))
         self.backoff = backoff
+        if not isinstance(max_parallel, int) or max_parallel < 1:
+            raise ValueError(f"max_parallel = {max_parallel!r}: expected a whole number of at least 1")
+        self._slots = threading.BoundedSemaphore(max_parallel)
         if policy.https_proxy is not None:
             check_url(policy.https_proxy, "https_proxy")
         if ca_bundle is not None and not os.path.isfile(ca_bundle):
@@ -193,7 +237,7 @@ class Downloader:
                 fs.remove(final)
             fs.make_parents(self.cache_dir)
             try:
-                self._with_retries(url, lambda: self._download_to(url, final, sha256))
+                self._download_to(url, final, sha256)  # with retries, each attempt resuming
             except ChecksumMismatch:
                 self._checksums_verified(sha256, False)
                 raise
@@ -266,7 +310,8 @@ class Downloader:
         last = None
         for number in range(1, self.attempts + 1):
             try:
-                return attempt()
+                with self._slots:  # released before the backoff below
+                    return attempt()
             except _Transient as e:
                 last = e
                 if number < self.attempts:
@@ -279,12 +324,12 @@ class Downloader:
             remedy="check the network (and https_proxy/no_proxy), then run again",
         )
 
-    def _open(self, url):
+    def _open(self, url, headers=None):
         opener = urllib.request.build_opener(
             urllib.request.ProxyHandler(self.policy.proxies_for(url)),
             urllib.request.HTTPSHandler(context=self._ssl),
         )
-        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
         try:
             return opener.open(request, timeout=self.timeout)
         except urllib.error.HTTPError as e:
@@ -314,47 +359,23 @@ class Downloader:
         return body
 
     def _download_to(self, url, final, sha256):
+        """Download `url` into a part file next to `final`, every attempt continuing the
+        same part (_Partial), verify the sha256 and rename it into place."""
         started = time.monotonic()
-        digest = hashlib.sha256()
-        size = 0
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".download-{os.getpid()}.", suffix=".part",
                                        dir=self.cache_dir)
         except OSError as e:
             raise DownloadError(f"cannot save {url} in {self.cache_dir}: {e.strerror or e}") from e
         try:
-            with os.fdopen(fd, "wb") as out, self._open(url) as response:
-                while True:
-                    try:
-                        chunk = response.read(CHUNK)
-                    except (OSError, http.client.HTTPException) as e:
-                        # The connection dropped mid-body (IncompleteRead, reset, timeout).
-                        reason = str(e) or type(e).__name__
-                        raise _Transient(f"interrupted after {size} bytes: {reason}") from e
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > MAX_DOWNLOAD_BYTES:
-                        raise DownloadError(
-                            f"cannot download {url}: larger than {MAX_DOWNLOAD_BYTES} bytes"
-                        )
-                    digest.update(chunk)
-                    try:
-                        out.write(chunk)
-                    except OSError as e:
-                        raise DownloadError(
-                            f"cannot save {url} in {self.cache_dir}: {e.strerror or e}"
-                        ) from e
-                # http.client does not raise IncompleteRead for a body cut short when it is
-                # read in chunks (see HTTPResponse.read(amt)): compare with Content-Length.
-                expected_size = response.headers.get("Content-Length")
-                if expected_size and expected_size.isdigit() and size < int(expected_size):
-                    raise _Transient(f"connection closed after {size} of {expected_size} bytes")
-                actual = digest.hexdigest()
+            with os.fdopen(fd, "wb") as out:
+                part = _Partial(out)
+                self._with_retries(url, lambda: self._receive(url, part))
+                actual = part.digest.hexdigest()
                 if actual != sha256:
                     raise ChecksumMismatch(
                         f"sha256 mismatch for {url}: expected {sha256}, got {actual} "
-                        f"({size} bytes); the download was deleted",
+                        f"({part.size} bytes); the download was deleted",
                         remedy="check that the version, architecture and checksum belong together",
                     )
                 os.fchmod(out.fileno(), 0o644)
@@ -367,4 +388,62 @@ class Downloader:
             except FileNotFoundError:
                 pass
             raise
-        log.info("downloaded %s: %d bytes in %.1fs", url, size, time.monotonic() - started)
+        log.info("downloaded %s: %d bytes in %.1fs", url, part.size, time.monotonic() - started)
+
+    def _receive(self, url, part):
+        """One attempt: the rest of the body after `part.size` bytes (all of it when the
+        server cannot or will not resume), appended to `part`."""
+        resume = part.resume_headers()
+        try:
+            response = self._open(url, resume)
+        except DownloadError as e:
+            if resume and isinstance(e.__cause__, urllib.error.HTTPError) and e.__cause__.code == 416:
+                part.restart()  # it cannot give the range after all: the next try takes it whole
+                raise _Transient("the server refused to resume (HTTP 416)") from e
+            raise
+        with response:
+            if resume and response.status == 206:
+                match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
+                if match is None or int(match.group(1)) != part.size:
+                    part.restart()
+                    raise _Transient(f"asked for the bytes from {part.size} on, the server sent "
+                                     f"Content-Range {response.headers.get('Content-Range')!r}")
+                log.info("%s: resuming after %d bytes", url, part.size)
+            else:
+                if part.size:
+                    log.info("%s: the server sent the whole file again; starting over", url)
+                part.restart()
+                part.validator = _validator(response.headers)
+            received = 0
+            while True:
+                try:
+                    chunk = response.read(CHUNK)
+                except (OSError, http.client.HTTPException) as e:
+                    # The connection dropped mid-body (IncompleteRead, reset, timeout).
+                    reason = str(e) or type(e).__name__
+                    raise _Transient(f"interrupted after {part.size} bytes: {reason}") from e
+                if not chunk:
+                    break
+                received += len(chunk)
+                part.size += len(chunk)
+                if part.size > MAX_DOWNLOAD_BYTES:
+                    raise DownloadError(f"cannot download {url}: larger than {MAX_DOWNLOAD_BYTES} bytes")
+                part.digest.update(chunk)
+                try:
+                    part.out.write(chunk)
+                except OSError as e:
+                    raise DownloadError(f"cannot save {url} in {self.cache_dir}: {e.strerror or e}") from e
+            # http.client does not raise IncompleteRead for a body cut short when it is
+            # read in chunks (see HTTPResponse.read(amt)): compare with Content-Length.
+            expected = response.headers.get("Content-Length")
+            if expected and expected.isdigit() and received < int(expected):
+                raise _Transient(f"connection closed after {part.size} bytes, {int(expected) - received} short")
+
+
+def _validator(headers):
+    """What If-Range may carry for this response: a strong ETag, else Last-Modified, else
+    None (a weak ETag cannot guard a range: RFC 9110 §13.1.5)."""
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("Last-Modified")

@@ -1,12 +1,13 @@
 """The CLI's edges: usage errors, version, routing of `token`, the phase lines."""
 
+import argparse
 import io
 import subprocess
 import sys
 
 import pytest
 
-from aks_flex_node import __version__, cli, output
+from aks_flex_node import __version__, cli, output, paths
 from aks_flex_node.engine.runner import PhaseResult
 from tests.harness import REPO
 
@@ -23,6 +24,77 @@ def test_version_needs_no_config_and_no_sdk():
             "print(sorted(m for m in sys.modules if m.startswith('azure')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.stdout.strip().endswith("[]"), out.stdout
+
+
+def imported_by(*argv, env=None):
+    """The modules `python3 -X importtime -m aks_flex_node ARGV` imports, and the process."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "aks_flex_node", *argv], cwd=REPO,
+                          capture_output=True, text=True, env=env)
+    return {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+            if line.startswith("import time:")}, proc
+
+
+@pytest.mark.parametrize("argv", [["version"], ["token", "--help"], ["status", "--help"], ["--help"]])
+def test_light_commands_import_no_step_module_nor_the_sdk(argv):
+    """Issue 12: `version` imported every step module (the bootstrap parser's phase list).
+    Only the named command's arguments are built now, and -X importtime says so."""
+    imported, proc = imported_by(*argv)
+    assert proc.returncode == 0, proc.stderr
+    heavy = {m for m in imported if m.startswith(("aks_flex_node.steps", "aks_flex_node.engine", "azure",
+                                                  "aks_flex_node.config", "configobj", "yaml"))}
+    assert not heavy, heavy
+    if argv == ["version"]:
+        assert not {"logging", "json", "pathlib", "ssl", "urllib.request"} & imported
+
+
+def test_bootstrap_still_gets_its_phase_names():
+    imported, proc = imported_by("bootstrap", "--phase", "nope")
+    assert proc.returncode == 2 and "argument --phase: invalid choice: 'nope'" in proc.stderr
+    assert "aks_flex_node.steps.workflow" in imported
+
+
+def full_help(parser):
+    """Every (command path, help text) of `parser`, subcommands included."""
+    out = [((), parser.format_help())]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += [((name,) + path, text) for path, text in full_help(sub)]
+    return out
+
+
+def test_every_command_help_is_the_same_as_from_the_full_parser(capsys):
+    """The lazy parser of each command prints the help the full one (the man page's source)
+    prints, and `aks-flex-node COMMAND --help` shows it, arguments and all."""
+    full = dict(full_help(cli.build_parser()))
+    commands = [path for path in full if path]
+    assert {path[0] for path in commands} == {name for name, _, _ in cli.SUBCOMMANDS}
+    assert ("config", "import") in commands
+    for path in commands:
+        if path == ("token",):
+            continue  # token parses its own arguments (below)
+        with pytest.raises(SystemExit) as done:
+            cli.main([*path, "--help"])
+        assert done.value.code == 0
+        assert capsys.readouterr().out == full[path], path
+    assert "--phase PHASE" in full[("bootstrap",)] and "--cloud-interval" in full[("agent",)]
+    proc = run_cli("token", "--help")
+    assert proc.returncode == 0 and "usage: aks-flex-node token" in proc.stdout and "--root" in proc.stdout
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for name, text, _ in cli.SUBCOMMANDS:
+        assert name in proc.stdout and text.split()[0] in proc.stdout
+
+
+def test_the_default_paths_in_the_help_are_the_package_paths():
+    assert (cli.DEFAULT_CONFIG, cli.DEFAULT_SECRET) == (paths.CONFIG, paths.SECRET)
+
+
+def test_the_command_word_skips_option_values():
+    assert cli._command_word(["--root", "status", "bootstrap", "--dry-run"]) == "bootstrap"
+    assert cli._command_word(["--config", "/x.conf", "-vv", "config", "show"]) == "config"
+    assert cli._command_word(["--json"]) is None
+    assert cli._command_word([]) is None
 
 
 def test_usage_errors_exit_2_with_the_usage_line():

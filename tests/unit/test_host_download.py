@@ -26,6 +26,7 @@ from aks_flex_node.host import (
     Downloader,
     DownloadUnavailable,
 )
+from aks_flex_node.host import download
 from aks_flex_node.host.download import parse_checksums
 from aks_flex_node.http_policy import HttpPolicy
 
@@ -36,11 +37,14 @@ def sha(data):
 
 class ArtifactServer:
     """Serves bodies by path; a route can fail a few times first, answer slowly, redirect,
-    or cut the body short. Records every request (and whether it came as a proxy request)."""
+    or cut the body short, and carry an ETag and answer Range requests guarded by it
+    (If-Range). Records every request (and whether it came as a proxy request, and the
+    Range it asked for)."""
 
     def __init__(self, tls=None):
         self.routes = {}
         self.requests = []
+        self.ranges = []  # (path, the Range header or None) of every request
         self.lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -57,6 +61,7 @@ class ArtifactServer:
                 path = urllib.parse.urlsplit(self.path).path if proxied else self.path
                 with server.lock:
                     server.requests.append((path, proxied, self.headers.get("User-Agent")))
+                    server.ranges.append((path, self.headers.get("Range")))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     route = server.routes.get(path)
@@ -65,14 +70,22 @@ class ArtifactServer:
                     if route is None:
                         return self._send(404, b"not found")
                     time.sleep(route["delay"])
+                    body, tag = route["body"], {"ETag": route["etag"]} if route["etag"] else {}
+                    asked = self.headers.get("Range")
+                    if route["ranges"] and asked and self.headers.get("If-Range") == route["etag"]:
+                        start = int(asked[len("bytes="):].rstrip("-"))
+                        rest = body[start:]
+                        tag["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+                        if first == "truncate":
+                            return self._send(206, rest[:len(rest) // 2], length=len(rest), headers=tag)
+                        return self._send(206, rest, headers=tag)
                     if first == "truncate":
-                        return self._send(200, route["body"][:len(route["body"]) // 2],
-                                          length=len(route["body"]))
+                        return self._send(200, body[:len(body) // 2], length=len(body), headers=tag)
                     if isinstance(first, int):
                         return self._send(first, b"failing")
                     if route["redirect"]:
                         return self._send(302, b"", headers={"Location": route["redirect"]})
-                    return self._send(route["status"], route["body"])
+                    return self._send(route["status"], body, headers=tag)
                 finally:
                     with server.lock:
                         server.in_flight -= 1
@@ -99,10 +112,11 @@ class ArtifactServer:
                                        daemon=True)
         self.thread.start()
 
-    def serve(self, path, body=b"", status=200, before=(), delay=0.0, redirect=None):
+    def serve(self, path, body=b"", status=200, before=(), delay=0.0, redirect=None, etag=None,
+              ranges=False):
         """`before`: what the first requests get (an HTTP status, or "truncate")."""
         self.routes[path] = {"body": body, "status": status, "before": list(before),
-                             "delay": delay, "redirect": redirect}
+                             "delay": delay, "redirect": redirect, "etag": etag, "ranges": ranges}
         return self.origin + path
 
     def count(self, path):
@@ -211,6 +225,46 @@ def test_transient_failures_then_success(server, cache):
     assert server.count("/later") == 4
 
 
+def test_a_dropped_connection_resumes_with_a_range_request(server, cache, caplog):
+    """Issue 12: the second attempt asks for the rest (Range, guarded by If-Range with the
+    ETag), twice over, and the file is whole: the body crossed the wire once."""
+    body = os.urandom(400_000)
+    url = server.serve("/kubernetes-node.tar.gz", body, before=["truncate", "truncate"], etag='"v1"',
+                       ranges=True)
+    caplog.set_level(logging.INFO, logger="aks_flex_node.host.download")
+    assert downloader(cache, attempts=3).fetch(url, sha(body)).read_bytes() == body
+    assert [r for _, r in server.ranges] == [None, "bytes=200000-", "bytes=300000-"]
+    assert "resuming after 200000 bytes" in caplog.text
+    assert [n for n in os.listdir(cache) if n.endswith(".part")] == []
+
+
+def test_a_server_that_sends_the_whole_file_again_starts_it_over(server, cache):
+    body = os.urandom(100_000)
+    url = server.serve("/cni.tgz", body, before=["truncate"], etag='"v1"', ranges=False)
+    assert downloader(cache).fetch(url, sha(body)).read_bytes() == body
+    assert [r for _, r in server.ranges] == [None, "bytes=50000-"]  # asked; got a 200
+
+
+def test_without_a_strong_validator_a_download_starts_over(server, cache):
+    """Without an ETag or Last-Modified (or with a weak ETag) a resumed body could splice
+    two versions of the file: no Range is asked."""
+    body = os.urandom(100_000)
+    url = server.serve("/runc.amd64", body, before=["truncate"], ranges=True)
+    weak = server.serve("/weak.tgz", body, before=["truncate"], etag='W/"v1"', ranges=True)
+    assert downloader(cache).fetch(url, sha(body)).read_bytes() == body
+    assert downloader(cache).fetch(weak, sha(body)).read_bytes() == body
+    assert [r for _, r in server.ranges] == [None, None, None, None]
+
+
+def test_a_resumed_download_that_does_not_match_is_still_refused(server, cache):
+    """The sha256 runs across attempts: a resumed body is verified as a whole."""
+    body = os.urandom(100_000)
+    url = server.serve("/containerd.tar.gz", body, before=["truncate"], etag='"v1"', ranges=True)
+    with pytest.raises(ChecksumMismatch):
+        downloader(cache).fetch(url, sha(b"another release"))
+    assert os.listdir(cache) == []
+
+
 def test_redirect_is_followed(server, cache):
     body = b"release asset"
     server.serve("/objects/asset", body)
@@ -254,6 +308,78 @@ def test_concurrent_fetches(server, cache):
     assert sorted(os.listdir(cache)) == sorted(f"{sha(b)}-{p[1:]}" for p, b in bodies.items())
 
 
+def fetch_all(d, jobs):
+    """Fetch every (url, sha256) of `jobs` on its own thread: {url: path or exception}."""
+    results = {}
+
+    def fetch(url, digest):
+        try:
+            results[url] = d.fetch(url, digest)
+        except Exception as e:
+            results[url] = e
+
+    threads = [threading.Thread(target=fetch, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def test_parallel_downloads_are_bounded(server, cache):
+    """Issue 12: the artifacts of a branch download side by side, never more than
+    max_parallel at once (six artifacts, three slots: three at a time)."""
+    bodies = {f"/artifact-{i}.tar.gz": os.urandom(20_000 + i) for i in range(6)}
+    jobs = [(server.serve(p, b, delay=0.3), sha(b)) for p, b in bodies.items()]
+    started = time.monotonic()
+    results = fetch_all(downloader(cache, max_parallel=3), jobs)
+    elapsed = time.monotonic() - started
+    assert all(not isinstance(r, Exception) for r in results.values()), results
+    assert server.max_in_flight == 3
+    assert elapsed < 6 * 0.3  # side by side, not one after another
+
+
+def test_the_default_bound_lets_the_install_branch_artifacts_go_at_once(server, cache):
+    bodies = {f"/artifact-{i}.tgz": os.urandom(1000 + i) for i in range(6)}
+    jobs = [(server.serve(p, b, delay=0.3), sha(b)) for p, b in bodies.items()]
+    fetch_all(downloader(cache), jobs)
+    assert server.max_in_flight == download.MAX_PARALLEL == 4
+
+
+def test_a_failed_artifact_is_reported_and_cleaned_while_the_others_land(server, cache):
+    """One artifact of four fails its checksum while the others download beside it: its
+    error names the URL, nothing of it stays in the cache (no file, no .part), the others
+    are complete."""
+    good = {f"/good-{i}.tar.gz": os.urandom(30_000 + i) for i in range(3)}
+    jobs = [(server.serve(p, b, delay=0.2), sha(b)) for p, b in good.items()]
+    bad_url = server.serve("/bad.tar.gz", os.urandom(30_000), delay=0.2)
+    jobs.append((bad_url, sha(b"what the checksum file promised")))
+    results = fetch_all(downloader(cache), jobs)
+    assert isinstance(results[bad_url], ChecksumMismatch)
+    assert bad_url in results[bad_url].message
+    for path, body in good.items():
+        assert results[server.origin + path].read_bytes() == body
+    assert sorted(os.listdir(cache)) == sorted(f"{sha(b)}-{p[1:]}" for p, b in good.items())
+
+
+def test_a_retry_waits_without_holding_a_slot(server, cache):
+    """A download backing off after a 503 leaves its slot to the next artifact."""
+    slow, fast = os.urandom(1000), os.urandom(1000)
+    slow_url = server.serve("/slow.tgz", slow, before=[503])
+    fast_url = server.serve("/fast.tgz", fast)
+    d = downloader(cache, max_parallel=1, backoff=1.0)
+    worker = threading.Thread(target=d.fetch, args=(slow_url, sha(slow)))
+    worker.start()
+    deadline = time.monotonic() + 5
+    while server.count("/slow.tgz") < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    d.fetch(fast_url, sha(fast))
+    assert time.monotonic() - started < 0.9  # not behind the 1 s backoff
+    worker.join(10)
+    assert server.count("/slow.tgz") == 2
+
+
 def test_bad_arguments_are_rejected(cache, tmp_path):
     d = downloader(cache)
     with pytest.raises(ValueError, match="sha256 = 'abc': expected 64 hexadecimal"):
@@ -268,6 +394,8 @@ def test_bad_arguments_are_rejected(cache, tmp_path):
     junk.write_text("not a certificate")
     with pytest.raises(ValueError, match="junk.pem.*not a usable PEM bundle"):
         downloader(cache, ca_bundle=str(junk))
+    with pytest.raises(ValueError, match="max_parallel = 0: expected a whole number of at least 1"):
+        downloader(cache, max_parallel=0)
 
 
 # ---- proxies ------------------------------------------------------------------------------

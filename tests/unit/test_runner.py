@@ -1,5 +1,7 @@
 """The runner: order, concurrency, filters, dry-run, failure handling."""
 
+import hashlib
+import os
 import threading
 import time
 
@@ -9,6 +11,8 @@ from aks_flex_node.engine import runner as rn
 from aks_flex_node.engine.context import Context
 from aks_flex_node.engine.step import Plan, Step
 from aks_flex_node.errors import FlexNodeError, UsageError
+from aks_flex_node.host.download import Downloader
+from tests.unit.test_host_download import ArtifactServer
 
 
 class Recorder:
@@ -79,6 +83,62 @@ def test_independent_branches_overlap(rec):
     ends = {e[1]: e[2] for e in rec.events if e[0] == "apply-end"}
     assert spans["y"] < ends["x"] and spans["x"] < ends["y"], "x and y should overlap"
     assert spans["join"] >= max(ends["x"], ends["y"])
+
+
+def test_a_ready_step_never_waits_for_a_worker(rec):
+    """Issue 12: after the cluster read, eight steps are ready at once in the bootstrap
+    workflow (arc, machine, system, four artifact installs, credentials). A pool smaller
+    than that kept a download queued behind a slower step; every ready step now starts."""
+    fan = [make_step(f"s{i}", ["root"], sleep=0.4, rec=rec) for i in range(9)]
+    result = rn.Runner([make_step("root", changes=0, rec=rec)] + fan, ctx()).run()
+    assert result.ok
+    starts = [e[2] for e in rec.events if e[0] == "apply-start"]
+    ends = [e[2] for e in rec.events if e[0] == "apply-end"]
+    assert len(starts) == 9 and max(starts) < min(ends), "all nine should run at once"
+
+
+def test_a_failed_download_fails_its_phase_only_and_leaves_nothing_behind(tmp_path):
+    """Four install steps share one Downloader (as ctx.downloader()) against a loopback
+    server; one artifact's body does not match its checksum. That phase fails naming the
+    URL, the step after it is blocked, the three others install, and the cache holds
+    exactly their three files (no partial download)."""
+    server = ArtifactServer()
+    cache = tmp_path / "cache"
+    downloader = Downloader(cache, backoff=0.01)
+    bodies = {name: os.urandom(40_000) for name in ("runc", "containerd", "kubernetes", "cni")}
+    urls = {name: server.serve(f"/{name}.tgz", body, delay=0.2) for name, body in bodies.items()}
+
+    def install_step(name):
+        class Install(Step):
+            pass
+
+        step = Install()
+        step.name, step.needs = name, ("cluster",)
+        digest = hashlib.sha256(b"not the body" if name == "kubernetes" else bodies[name]).hexdigest()
+
+        def check(ctx):
+            plan = Plan()
+            plan.add(f"install {name}", "not installed", lambda: downloader.fetch(urls[name], digest))
+            return plan
+
+        step.check = check
+        return step
+
+    rec = Recorder()
+    after = make_step("kubelet", ["kubernetes"], rec=rec)
+    steps = [make_step("cluster", changes=0, rec=rec)] + [install_step(n) for n in bodies] + [after]
+    try:
+        result = rn.Runner(steps, ctx()).run()
+    finally:
+        server.stop()
+    status = {p.name: p for p in result.phases}
+    assert status["kubernetes"].status == rn.FAILED
+    assert urls["kubernetes"] in status["kubernetes"].message and "sha256 mismatch" in status["kubernetes"].message
+    assert status["kubelet"].status == rn.BLOCKED
+    assert {status[n].status for n in ("runc", "containerd", "cni")} == {rn.CHANGED}
+    assert server.max_in_flight == 4  # the four went at once
+    assert sorted(os.listdir(cache)) == sorted(
+        f"{hashlib.sha256(bodies[n]).hexdigest()}-{n}.tgz" for n in ("runc", "containerd", "cni"))
 
 
 def test_sequential_runs_declared_order_one_at_a_time(rec):

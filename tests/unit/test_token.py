@@ -369,3 +369,35 @@ def test_reading_the_config_loads_neither_validate_nor_the_config_package(node):
                           timeout=30)
     assert done.returncode == 1, done.stderr
     assert "chmod go-w" in done.stderr
+
+
+def test_the_cached_audience_is_the_himds_clients():
+    assert token_cmd.AKS_RESOURCE == himds.AKS_RESOURCE
+
+
+def test_a_cache_hit_gives_the_identical_credential_and_imports_only_what_it_uses(node):
+    """Issue 12: the kubelet meets the cache almost every time. A hit prints byte for byte
+    what the HIMDS answer printed, and loads neither the HIMDS client (urllib.request, ssl),
+    configobj, the StrictModes check, the atomic writer nor the Azure SDK."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": REPO, "AKS_FLEX_NODE_ROOT": str(node.root),
+           "KUBERNETES_EXEC_INFO": json.dumps({"apiVersion": "client.authentication.k8s.io/v1",
+                                               "kind": "ExecCredential", "spec": {"interactive": False}})}
+
+    def token_process():
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "aks_flex_node", "token"],
+                              env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+                    if line.startswith("import time:")}
+        return done.stdout, imported
+
+    fresh, fresh_imports = token_process()
+    assert len(node.requests) == 2 and "aks_flex_node.azure.himds" in fresh_imports
+    cached, cached_imports = token_process()
+    assert len(node.requests) == 2  # the cache answered
+    assert cached == fresh
+    assert json.loads(cached)["apiVersion"] == "client.authentication.k8s.io/v1"
+    heavy = {"aks_flex_node.azure.himds", "urllib.request", "ssl", "http.client", "configobj",
+             "aks_flex_node.strictmodes", "aks_flex_node.host.fs", "aks_flex_node.http_policy", "datetime"}
+    assert not heavy & cached_imports, heavy & cached_imports
+    assert not {m for m in cached_imports if m == "azure" or m.startswith("azure.")}
