@@ -7,12 +7,14 @@ VENV := .venv-pypi
 APT_DEPS := python3 python3-azure python3-configobj python3-yaml python3-debian python3-pytest \
             python3-cryptography python3-requests python3-venv python3-pip openssl \
             tinyproxy-bin debconf-utils ucf po-debconf python3-debconf python3-pytest-xdist \
-            ansible-core ansible-lint python3-wheel python3-setuptools
+            ansible-core ansible-lint python3-wheel python3-setuptools python3-kubernetes
 # tinyproxy-bin: the proxy binary alone (no system service); tests/integration/test_proxy.py
 # starts its own on loopback. debconf-utils, ucf, po-debconf, python3-debconf: the bad-input
 # corpus runs the package's config script and postinst on preseeded answers (tests/bad_inputs).
 # ansible-core, ansible-lint: examples/ansible is linted and syntax-checked (tests/unit).
 # python3-wheel, python3-setuptools: make bench times the CLI installed from a wheel.
+# python3-kubernetes: the official client drives the API server stand-in (tests/integration/
+# test_real_clients.py; kubectl too where it is on PATH).
 PYTEST_ARGS ?=
 # The library's suite mostly waits (on subprocesses, the emulator, timeouts): four workers
 # on two cores. loadgroup: the bad-input corpus stays in one worker (its own pool runs it).

@@ -12,6 +12,9 @@ POST /resourcegroups   {"name", ["subscription", "location"]}
 POST /agentpools       {"cluster_id", "name", ["type", "mode", "max_pods", "labels", "taints"]}: add an
                        agent pool (type FlexNodes or VirtualMachineScaleSets)
 POST /tokens           {"principal_id", "audience", ["lifetime"]}: mint a token directly
+POST /kube/objects     {"cluster_id", "object"}: put a Pod, PodDisruptionBudget or DaemonSet into that
+                       cluster's apiserver stand-in as the controllers would have left it (kube_pods.py);
+                       the same name again replaces it (e.g. a budget's status, to free an eviction)
 DELETE /requests       clear the request log
 GET  /throttling       ARM throttling (throttling.py): figures, bucket levels, 429 count and the
                        ledger of subscription-level ARM calls (`?since=N`: from entry N on; the
@@ -22,7 +25,7 @@ DELETE /throttling     refill every bucket and clear the ledger (figures unchang
 import time
 
 from tests.emulator import constants as c
-from tests.emulator import agentpools, faults, profiles, throttling
+from tests.emulator import agentpools, faults, kube_pods, profiles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
 
@@ -74,6 +77,7 @@ def snapshot(app):
             # Bootstrap tokens without their secrets (state.json, 0600, has them).
             "bootstrap_tokens": {key: [{k: v for k, v in t.items() if k != "token_secret"} for t in toks.values()]
                                  for key, toks in d["bootstrap_tokens"].items()},
+            "kube_objects": d.get("kube_objects", {}),
             "providers": dict(d["providers"]),
             "api_versions": dict(d.get("api_versions", {})),
             "faults": list(d["faults"]),
@@ -168,6 +172,15 @@ def handle(app, req):
         throttling.reset(state)
         state.mark_dirty()
         return Response.json(200, throttling.snapshot(state))
+    if route == "kube/objects" and method == "POST":
+        body = _object(req)
+        cl = state.cluster(body.get("cluster_id") if isinstance(body.get("cluster_id"), str) else None)
+        if cl is None:
+            raise _bad(f"cluster_id = {body.get('cluster_id')!r}: expected the resource ID of an existing cluster")
+        try:
+            return Response.json(201, kube_pods.put_object(app, cl, body.get("object")))
+        except ValueError as e:
+            raise _bad(str(e))
     if route == "requests" and method == "DELETE":
         state.data["requests"].clear()
         return Response.json(200, [])

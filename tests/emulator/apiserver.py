@@ -1,5 +1,5 @@
-"""A kube-apiserver stand-in: the Node API a kubelet and `aks-flex-node` use, and the
-certificates.k8s.io CSR API a kubelet's TLS bootstrap uses (certificates.py).
+"""A kube-apiserver stand-in: what a kubelet, `aks-flex-node` and kubectl (get nodes, cordon,
+drain, auth can-i) use.
 
 One HTTPS listener per cluster (so each cluster's kubeconfig points at its own server), same
 CA as everything else; client certificates the CA signed are accepted. Who the caller is and
@@ -7,9 +7,21 @@ what they may do is kubeauth.py: x509 client certificates, bootstrap tokens, the
 token and Entra tokens for the AKS server application; Azure RBAC for Entra principals, the
 Node authorizer and NodeRestriction for system:node:<name>, CSRs only for bootstrap tokens.
 
+Routing follows the apiserver's RequestInfo (staging/src/k8s.io/apiserver/pkg/endpoints/request/
+requestinfo.go): /api/v1 or /apis/<group>/<version>, then [namespaces/<ns>/]<resource>[/<name>
+[/<subresource>]]; GET without a name is list (a fieldSelector metadata.name=<x> names the
+object for authorization), DELETE without a name deletecollection. A resource or verb that
+discovery (kube_discovery.py) does not list is 404 / 405.
+
+  nodes, nodes/status          here (GET, LIST with selectors or as a Table, POST, PUT, PATCH, DELETE)
+  certificatesigningrequests   certificates.py
+  pods, pods/eviction, poddisruptionbudgets, daemonsets   kube_pods.py
+  events (core/v1 and events.k8s.io/v1)                   kube_events.py
+  selfsubjectaccessreviews     kube_reviews.py
+
 A created Node records who created it and how ("_registeredBy": the user name, for an Entra
 token the principal's object ID; "_authenticatedBy": x509, bootstrap-token, static-token or
-azure-token): emulator bookkeeping, visible in /_emulator/state.
+azure-token): emulator bookkeeping, visible in /_emulator/state and never in API answers.
 """
 
 import copy
@@ -17,8 +29,10 @@ import json
 import re
 import time
 import uuid
+from dataclasses import dataclass
 
-from tests.emulator import certificates, kubeauth
+from tests.emulator import (certificates, kube_discovery, kube_events, kube_pods, kube_protobuf, kube_reviews,
+                            kube_select, kube_table, kubeauth)
 from tests.emulator.httpbase import Response
 from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
@@ -27,6 +41,53 @@ PUBLIC_PATHS = {"/version", "/readyz", "/livez", "/healthz"}
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Strategic-merge keys for the list fields a kubelet patches (k8s.io/api core/v1 types.go).
 _MERGE_KEYS = {"conditions": "type", "addresses": "type"}
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+NODE_FIELDS = ("metadata.name", "spec.unschedulable")
+
+
+@dataclass
+class RequestInfo:
+    group: str
+    version: str
+    namespace: str
+    resource: str
+    name: str
+    subresource: str
+    verb: str
+
+
+def public(obj):
+    """An object as the API shows it: without the emulator's bookkeeping keys ("_registeredBy"...),
+    which stay in /_emulator/state."""
+    return {k: v for k, v in obj.items() if not k.startswith("_")}
+
+
+def _not_found():
+    return status(404, "NotFound", "the server could not find the requested resource")
+
+
+def request_info(req):
+    """The RequestInfo of a resource path, or None for a path that is not one."""
+    seg = req.segments
+    if seg[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", seg[2:]
+    elif seg[:1] == ["apis"] and len(seg) >= 4:
+        group, version, rest = seg[1], seg[2], seg[3:]
+    else:
+        return None
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        return None
+    resource, name = rest[0], rest[1] if len(rest) > 1 else ""
+    sub = rest[2] if len(rest) > 2 else ""
+    verb = _VERBS.get(req.method)
+    if verb == "get" and not name:
+        verb = "watch" if req.q("watch") in ("1", "true") else "list"
+    elif verb == "delete" and not name:
+        verb = "deletecollection"
+    return RequestInfo(group, version, namespace, resource, name, sub, verb)
 
 
 def handle(app, server, req):
@@ -50,61 +111,84 @@ def handle(app, server, req):
         raise kubeauth.unauthorized()
 
     seg = req.segments
-    if seg == ["api"]:
-        return Response.json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
-    if seg[:1] == ["apis"]:
-        found = certificates.discovery(seg)
-        if found is not None and req.method == "GET":
+    if req.method == "GET":
+        found = kube_discovery.answer(seg, f"127.0.0.1:{server.port}")
+        if found is not None:
             return found
-        if seg[1:4] == [certificates.GROUP, certificates.VERSION, certificates.RESOURCE]:
-            return certificates.handle(app, cl, user, req, seg)
-        raise status(404, "NotFound", "the server could not find the requested resource")
-    if seg[:3] != ["api", "v1", "nodes"] or len(seg) > 5 or (len(seg) == 5 and seg[4] != "status"):
-        raise status(404, "NotFound", "the server could not find the requested resource")
-    nodes = state.data["nodes"].setdefault(cl["id"].lower(), {})
-    name = seg[3] if len(seg) >= 4 else None
-    resource = "nodes/status" if len(seg) == 5 else "nodes"
-    verb = {("GET", False): "list", ("GET", True): "get", ("POST", False): "create", ("DELETE", True): "delete",
-            ("PATCH", True): "patch", ("PUT", True): "update"}.get((req.method, name is not None))
-    if verb is None:
+    info = request_info(req)
+    if info is None:
+        raise _not_found()
+    if (info.group, info.resource) == (certificates.GROUP, certificates.RESOURCE) and info.version == "v1":
+        if info.namespace:
+            raise _not_found()
+        return certificates.handle(app, cl, user, req, seg)
+    entry = kube_discovery.served(info.group, info.version,
+                                  f"{info.resource}/{info.subresource}" if info.subresource else info.resource)
+    if entry is None or (info.namespace and not entry["namespaced"]) or \
+            (entry["namespaced"] and not info.namespace and info.verb != "list"):
+        raise _not_found()
+    if info.verb == "watch":
+        raise status(405, "MethodNotAllowed", "the emulator's apiserver does not serve watches: poll with GET")
+    if info.verb not in entry["verbs"]:
         raise status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-    kubeauth.authorize(app, cl, user, verb, resource, name)
+    field_selector = req.q("fieldSelector") or ""
+    name = info.name or (kubeauth.field_equals(field_selector, "metadata.name") or "" if info.verb == "list" else "")
+    kubeauth.check(app, cl, user, kubeauth.Attributes(
+        info.verb, info.resource, info.subresource, info.group, info.namespace, name, field_selector))
 
-    if verb == "list":
+    if (req.header("Content-Type") or "").split(";")[0].strip() == kube_protobuf.CONTENT_TYPE:
+        try:
+            req.body = json.dumps(kube_protobuf.decode(req.body or b"")).encode()
+        except (ValueError, IndexError) as e:
+            raise status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                                                      f"accepted media types include: application/json ({e})")
+    if info.resource == "nodes":
+        return _nodes(app, cl, user, req, info)
+    if info.resource == "selfsubjectaccessreviews":
+        return kube_reviews.create(app, cl, user, req)
+    if info.resource == "events":
+        return kube_events.create(app, cl, info, req) if info.verb == "create" else kube_events.read(app, cl, info, req)
+    if info.subresource == "eviction":
+        return kube_pods.evict(app, cl, info, req, user)
+    if info.verb == "list":
+        return kube_pods.list_objects(app, cl, info, req)
+    if info.verb == "get":
+        return kube_pods.get_object(app, cl, info)
+    return kube_pods.delete_pod(app, cl, info, user)
+
+
+def _nodes(app, cl, user, req, info):
+    state = app.state
+    nodes = state.data["nodes"].setdefault(cl["id"].lower(), {})
+    name = info.name
+    if info.verb == "list":
         items = [n for n in nodes.values() if _selected(n, req)]
+        items = sorted(items, key=lambda n: n["metadata"]["name"])
+        if kube_table.wants_table(req):
+            return kube_table.nodes(items, str(state.data["resource_version"]))
         return Response.json(200, {"kind": "NodeList", "apiVersion": "v1",
                                    "metadata": {"resourceVersion": str(state.data["resource_version"])},
-                                   "items": sorted(items, key=lambda n: n["metadata"]["name"])})
-    if verb == "create":
+                                   "items": [public(n) for n in items]})
+    if info.verb == "create":
         return _create(app, nodes, req, user)
     node = nodes.get(name)
     if node is None:
         raise status(404, "NotFound", f'nodes "{name}" not found', {"name": name, "kind": "nodes"})
-    if verb == "get":
-        return Response.json(200, node)
-    if verb == "delete":
+    if info.verb == "get":
+        return Response.json(200, public(node))
+    if info.verb == "delete":
         kubeauth.admit_node(user, "delete", name)
         del nodes[name]
         state.mark_dirty()
         return Response.json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                    "details": {"name": name, "kind": "nodes", "uid": node["metadata"]["uid"]}})
-    return _modify(app, nodes, node, req, user, status_only=resource == "nodes/status")
+    return _modify(app, nodes, node, req, user, status_only=info.subresource == "status")
 
 
 def _selected(node, req):
-    labels = node["metadata"].get("labels", {})
-    for clause in filter(None, (req.q("labelSelector") or "").split(",")):
-        key, op, value = re.match(r"^([^=!]+)(==|=|!=)?(.*)$", clause).groups()
-        if op is None and key not in labels:
-            return False
-        if op in ("=", "==") and labels.get(key) != value:
-            return False
-        if op == "!=" and labels.get(key) == value:
-            return False
-    field = req.q("fieldSelector") or ""
-    if field.startswith("metadata.name=") and node["metadata"]["name"] != field.split("=", 1)[1]:
-        return False
-    return True
+    labels = kube_select.parse_labels(req.q("labelSelector"))
+    fields = kube_select.parse_fields(req.q("fieldSelector"), NODE_FIELDS)
+    return kube_select.matches(labels, node["metadata"].get("labels")) and kube_select.fields_match(fields, node)
 
 
 def _body(req):
@@ -136,7 +220,7 @@ def _create(app, nodes, req, user):
     node["_authenticatedBy"] = user.kind
     nodes[name] = node
     app.state.mark_dirty()
-    return Response.json(201, node)
+    return Response.json(201, public(node))
 
 
 def _merge(target, patch, strategic):
@@ -199,6 +283,14 @@ def _modify(app, nodes, node, req, user, status_only):
                                                   f"accepted media types include: application/json-patch+json, "
                                                   f"application/merge-patch+json, "
                                                   f"application/strategic-merge-patch+json ({content_type!r} given)")
+    # A resourceVersion in the body is a precondition (optimistic concurrency, API conventions
+    # "Concurrency Control and Consistency"): a stale one is 409 Conflict.
+    sent = ((patch if isinstance(patch, dict) else {}).get("metadata") or {}).get("resourceVersion")
+    if sent and sent != node["metadata"].get("resourceVersion"):
+        name = node["metadata"]["name"]
+        raise status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has been '
+                                      "modified; please apply your changes to the latest version and try again",
+                     {"name": name, "kind": "nodes"})
     result = copy.deepcopy(node)
     if status_only:
         result["status"] = updated.get("status", {})
@@ -212,4 +304,4 @@ def _modify(app, nodes, node, req, user, status_only):
     result["metadata"]["resourceVersion"] = app.state.next_resource_version()
     nodes[node["metadata"]["name"]] = result
     app.state.mark_dirty()
-    return Response.json(200, result)
+    return Response.json(200, public(result))

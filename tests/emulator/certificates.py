@@ -1,8 +1,7 @@
 """certificates.k8s.io/v1 on the kube-apiserver stand-in: the CSR API, kube-controller-manager's
 auto-approver and its signer (https://kubernetes.io/docs/reference/access-authn-authz/certificate-signing-requests/).
 
-Served: discovery (/apis, /apis/certificates.k8s.io, /apis/certificates.k8s.io/v1) and
-certificatesigningrequests POST / GET / LIST (fieldSelector metadata.name=) / DELETE, plus
+Served (discovery documents: kube_discovery.py): certificatesigningrequests POST / GET / LIST (fieldSelector metadata.name=) / DELETE, plus
 PUT .../{name}/approval (what `kubectl certificate approve|deny` sends). No watch: clients poll.
 
 The server, not the client, fills spec.username, spec.groups and spec.uid from the
@@ -82,31 +81,6 @@ _SIGNER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 _MIN_EXPIRATION = 600  # validation.go: "may not specify a duration less than 600 seconds (10 minutes)"
 _SHORT = datetime.timedelta(hours=8)
 _BACKDATE = datetime.timedelta(minutes=5)
-
-
-# -- discovery ------------------------------------------------------------------------------
-
-def _group_entry():
-    version = {"groupVersion": GROUP_VERSION, "version": VERSION}
-    return {"name": GROUP, "versions": [version], "preferredVersion": version}
-
-
-def discovery(segments):
-    """The discovery documents under /apis, or None for another path."""
-    if segments == ["apis"]:
-        return Response.json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_entry()]})
-    if segments == ["apis", GROUP]:
-        return Response.json(200, {"kind": "APIGroup", "apiVersion": "v1", **_group_entry()})
-    if segments == ["apis", GROUP, VERSION]:
-        def resource(name, verbs, **extra):
-            return {"name": name, "singularName": extra.pop("singular", ""), "namespaced": False, "kind": KIND,
-                    "verbs": verbs, **extra}
-        return Response.json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
-                                   "resources": [
-                                       resource(RESOURCE, ["create", "delete", "get", "list"],
-                                                singular="certificatesigningrequest", shortNames=["csr"]),
-                                       resource(f"{RESOURCE}/approval", ["update"])]})
-    return None
 
 
 # -- the API --------------------------------------------------------------------------------
@@ -363,7 +337,7 @@ def _approve(app, cl, csr):
                                               "SubjectAccessReview."))
     recognizers.append(("nodeclient", "Auto approving kubelet client certificate after SubjectAccessReview."))
     for subresource, message in recognizers:
-        if kubeauth.allowed(app, cl, requester, "create", f"{RESOURCE}/{subresource}"):
+        if kubeauth.allowed(app, cl, requester, "create", f"{RESOURCE}/{subresource}", GROUP):
             _add_condition(csr, "Approved", "AutoApproved", message)
             csr["metadata"]["resourceVersion"] = app.state.next_resource_version()
             return

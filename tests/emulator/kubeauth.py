@@ -18,19 +18,20 @@ x509 client certificates before any bearer token):
   azure-token     an Entra token the emulator minted for the AKS server application
                   (Azure/kubelogin docs/book/src/concepts/aks.md): user = the principal's object ID.
 
-Authorization (`authorize`), per identity:
+Authorization (`decide`, the one answer behind every 403 and every SelfSubjectAccessReview), per identity:
 
   admin                  everything.
+  every authenticated    RBAC's default bindings: system:basic-user (self reviews) and
+  user                   system:discovery (GET of /api, /apis, /version, health paths).
   azure-token            AKS with Azure RBAC: a role in APISERVER_ROLES at the cluster or a parent
                          scope, honoured `rbac_propagation_delay` seconds after its creation (Learn:
                          https://learn.microsoft.com/azure/role-based-access-control/troubleshooting).
-  node (system:node:<n>  the Node authorizer's static rules, bootstrappolicy NodeRules()
-  in system:nodes)       (https://kubernetes.io/docs/reference/access-authn-authz/node/;
-                         plugin/pkg/auth/authorizer/node/node_authorizer.go falls back to
-                         plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go NodeRules), plus
-                         certificatesigningrequests/selfnodeclient, which kubeadm binds to system:nodes
-                         (cmd/kubeadm/app/phases/bootstraptoken/node/tlsbootstrap.go); what a node may
-                         change is then narrowed by NodeRestriction (`admit_node`).
+  node (system:node:<n>  the Node authorizer (plugin/pkg/auth/authorizer/node/node_authorizer.go):
+  in system:nodes)       nodes and pods subdivided by AuthorizeNodeWithSelectors on clusters of 1.32
+                         and later (a node reads its own Node and pods bound to it only), leases by
+                         name, everything else by the static NodeRules (bootstrappolicy/policy.go):
+                         no node may delete a Node since 1.13. What a node may change is then
+                         narrowed by NodeRestriction (`admit_node`, kube_pods for pods).
   bootstrap identity in  system:node-bootstrapper (CSR create/get/list/watch) and
   BOOTSTRAP_GROUP        certificatesigningrequests:nodeclient, the ClusterRoles upstream's
                          scripts/aks-flex-config binds that group to (Azure/AKSFlexNode); nothing else.
@@ -58,19 +59,70 @@ MASTERS_GROUP = "system:masters"
 
 _READ = ("get", "list", "watch")
 _CSR = "certificatesigningrequests"
-# (resource, verbs) allowed by the Node authorizer's static rules (NodeRules) and kubeadm's selfnodeclient binding.
+CERTIFICATES = "certificates.k8s.io"
+# The Node authorizer's static rules, bootstrappolicy NodeRules() (plugin/pkg/auth/authorizer/rbac/
+# bootstrappolicy/policy.go), as {(API group, resource[/subresource]): verbs}, for what this stand-in
+# serves or a SelfSubjectAccessReview may ask about. Since 1.13 nodes may no longer delete Node
+# objects (kubernetes/kubernetes#71021, "Remove self-deletion permissions from kubelets").
+# Left out on purpose: the graph-subdivided resources (secrets, configmaps, PVCs, PVs, resource
+# claims, volume attachments, service account tokens, CSINodes, resource slices), which the real
+# authorizer grants only for objects related to the node through its pods: the emulator keeps no
+# such objects, so it answers "no" rather than invent a grant.
 _NODE_RULES = {
-    "nodes": _READ + ("create", "update", "patch", "delete"),
-    "nodes/status": ("update", "patch"),
-    _CSR: _READ + ("create",),
-    f"{_CSR}/selfnodeclient": ("create",),
+    ("authentication.k8s.io", "tokenreviews"): ("create",),
+    ("authorization.k8s.io", "subjectaccessreviews"): ("create",),
+    ("authorization.k8s.io", "localsubjectaccessreviews"): ("create",),
+    ("", "services"): _READ,
+    ("", "nodes"): ("create", "get", "list", "watch", "update", "patch"),
+    ("", "nodes/status"): ("update", "patch"),
+    ("", "events"): ("create", "update", "patch"),
+    ("events.k8s.io", "events"): ("create", "update", "patch"),
+    ("", "pods"): _READ + ("create", "delete"),
+    ("", "pods/status"): ("update", "patch"),
+    ("", "pods/eviction"): ("create",),
+    ("", "endpoints"): ("get",),
+    (CERTIFICATES, _CSR): _READ + ("create",),
+    # kubeadm binds system:certificates.k8s.io:certificatesigningrequests:selfnodeclient to system:nodes
+    # (cmd/kubeadm/app/phases/bootstraptoken/node/tlsbootstrap.go).
+    (CERTIFICATES, f"{_CSR}/selfnodeclient"): ("create",),
+    ("node.k8s.io", "runtimeclasses"): _READ,
+    ("storage.k8s.io", "csidrivers"): _READ,
 }
 # system:node-bootstrapper + system:certificates.k8s.io:certificatesigningrequests:nodeclient
 # (bootstrappolicy/policy.go ClusterRoles).
 _BOOTSTRAPPER_RULES = {
-    _CSR: _READ + ("create",),
-    f"{_CSR}/nodeclient": ("create",),
+    (CERTIFICATES, _CSR): _READ + ("create",),
+    (CERTIFICATES, f"{_CSR}/nodeclient"): ("create",),
 }
+# What RBAC's default bindings give every authenticated user (bootstrappolicy/policy.go):
+# system:basic-user (self reviews) and system:discovery / system:public-info-viewer (non-resource URLs).
+_BASIC_USER_RULES = {
+    ("authorization.k8s.io", "selfsubjectaccessreviews"): ("create",),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"): ("create",),
+}
+DISCOVERY_PATHS = ("/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/readyz", "/version", "/version/",
+                   "/openapi", "/openapi/*")
+# AuthorizeNodeWithSelectors (KEP-4601): beta, on by default, from 1.32 (kubernetes/kubernetes#128168);
+# alpha (off) in 1.31. With it a node reads only its own Node and the pods bound to it.
+SELECTORS_MINOR = 32
+
+
+@dataclass
+class Attributes:
+    """authorizer.Attributes: a resource request (group, resource, subresource, namespace, name,
+    field selector) or a non-resource one (path)."""
+    verb: str
+    resource: str = ""
+    subresource: str = ""
+    group: str = ""
+    namespace: str = ""
+    name: str = ""
+    field_selector: str = ""
+    path: str = ""
+
+    @property
+    def full_resource(self):
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
 
 
 @dataclass
@@ -165,17 +217,114 @@ def _bootstrap_user(state, cl, token):
 
 # -- authorization ---------------------------------------------------------------------------
 
-def allowed(app, cl, user, verb, resource):
-    """Whether `user` may `verb` `resource` (cluster-scoped; names are NodeRestriction's business)."""
+def decide(app, cl, user, attrs):
+    """(allowed, reason) for `attrs`, as the union authorizer answers: the first authorizer that
+    allows wins; a denial carries the reasons the others gave (none give an explicit deny here)."""
     if user.admin:
-        return True
-    if user.kind == "azure-token":
-        return _azure_rbac_allows(app.state, cl, user.name)
+        return True, ""
+    if attrs.path:
+        if attrs.verb == "get" and _path_matches(attrs.path):
+            return True, ('RBAC: allowed by ClusterRoleBinding "system:discovery" of ClusterRole '
+                          '"system:discovery" to Group "system:authenticated"')
+    elif attrs.verb in _BASIC_USER_RULES.get((attrs.group, attrs.full_resource), ()):
+        return True, ('RBAC: allowed by ClusterRoleBinding "system:basic-user" of ClusterRole '
+                      '"system:basic-user" to Group "system:authenticated"')
+    reason = ""
     if user.node_name:
-        return verb in _NODE_RULES.get(resource, ())
-    if BOOTSTRAP_GROUP in user.groups:
-        return verb in _BOOTSTRAPPER_RULES.get(resource, ())
+        ok, reason = _node_authorizer(app, cl, user.node_name, attrs)
+        if ok:
+            return True, ""
+    if BOOTSTRAP_GROUP in user.groups and not attrs.path:
+        if attrs.verb in _BOOTSTRAPPER_RULES.get((attrs.group, attrs.full_resource), ()):
+            return True, ""
+    if user.kind == "azure-token":
+        if _azure_rbac_allows(app.state, cl, user.name):
+            return True, ""
+        reason = "User does not have access to the resource in Azure. Update role assignment to allow access."
+    return False, reason
+
+
+def _path_matches(path):
+    for pattern in DISCOVERY_PATHS:
+        if pattern.endswith("*") and path.startswith(pattern[:-1]) or path == pattern:
+            return True
     return False
+
+
+def selectors_enabled(cl):
+    """Whether this cluster's version has AuthorizeNodeWithSelectors on by default."""
+    major, minor = (int(x) for x in cl["kubernetes_version"].split(".")[:2])
+    return (major, minor) >= (1, SELECTORS_MINOR)
+
+
+def field_equals(field_selector, field):
+    """The value `field` must equal in a field selector ("a=b,c==d"), or None."""
+    for clause in filter(None, (field_selector or "").split(",")):
+        m = re.match(r"^([^=!]+)(==|=)([^=]*)$", clause)
+        if m and m.group(1).strip() == field:
+            return m.group(3)
+    return None
+
+
+def _node_authorizer(app, cl, node_name, a):
+    """NodeAuthorizer.Authorize (plugin/pkg/auth/authorizer/node/node_authorizer.go) for what this
+    stand-in has: nodes and pods subdivided when AuthorizeNodeWithSelectors is on, leases by name,
+    everything else by the static rules."""
+    if a.path:
+        return False, ""
+    gated = selectors_enabled(cl)
+    if (a.group, a.resource) == ("", "nodes") and gated:
+        if a.subresource == "" and a.verb in ("create", "update", "patch"):
+            return True, ""  # NodeRestriction limits a node to its own Node object
+        if a.subresource == "" and a.verb in _READ:
+            if a.name == node_name:
+                return True, ""
+            if not a.name:
+                return False, f"node '{node_name}' cannot read all nodes, only its own Node object"
+            return False, f"node '{node_name}' cannot read '{a.name}', only its own Node object"
+        if a.subresource == "status" and a.verb in ("update", "patch"):
+            return True, ""
+        return False, ""
+    if (a.group, a.resource) == ("", "pods") and gated:
+        if a.subresource == "":
+            if a.verb == "get":
+                return _pod_bound(app, cl, node_name, a)
+            if a.verb in ("list", "watch"):
+                if field_equals(a.field_selector, "spec.nodeName") == node_name:
+                    return True, ""
+                if a.name:
+                    return _pod_bound(app, cl, node_name, a)
+                return False, "can only list/watch pods with spec.nodeName field selector"
+            if a.verb in ("create", "delete"):
+                return True, ""  # NodeRestriction: mirror pods / pods bound to the node
+        elif a.subresource == "status" and a.verb in ("update", "patch"):
+            return True, ""
+        elif a.subresource == "eviction" and a.verb == "create":
+            return True, ""
+        return False, ""
+    if (a.group, a.resource) == ("coordination.k8s.io", "leases"):
+        if a.verb not in ("get", "create", "update", "patch", "delete"):
+            return False, "can only get, create, update, patch, or delete a node lease"
+        if a.namespace != "kube-node-lease":
+            return False, 'can only access leases in the "kube-node-lease" system namespace'
+        if a.verb != "create" and a.name != node_name:
+            return False, "can only access node lease with the same name as the requesting node"
+        return True, ""
+    return a.verb in _NODE_RULES.get((a.group, a.full_resource), ()), ""
+
+
+def _pod_bound(app, cl, node_name, a):
+    """The graph check for a pod: is it bound to this node (spec.nodeName)?"""
+    pod = app.state.kube_objects(cl["id"], "pods").get(f"{a.namespace}/{a.name}")
+    if pod is not None and (pod.get("spec") or {}).get("nodeName") == node_name:
+        return True, ""
+    return False, f"no relationship found between node '{node_name}' and this object"
+
+
+def allowed(app, cl, user, verb, resource, group=""):
+    """Whether `user` may `verb` `resource` ("plural" or "plural/subresource") cluster-wide."""
+    plural, _, sub = resource.partition("/")
+    return decide(app, cl, user, Attributes(verb, plural, sub, group))[0]
 
 
 def _azure_rbac_allows(state, cl, principal):
@@ -189,20 +338,39 @@ def _azure_rbac_allows(state, cl, principal):
     return False
 
 
-def authorize(app, cl, user, verb, resource, name=None, group=""):
-    """403 in the apiserver's words unless `allowed`."""
-    if allowed(app, cl, user, verb, resource):
+def forbidden_message(user, attrs, reason=""):
+    """The authorizer's part of a 403 (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
+    responsewriters/errors.go forbiddenMessage)."""
+    if attrs.path:
+        text = f'User "{user.name}" cannot {attrs.verb} path "{attrs.path}"'
+    elif attrs.namespace:
+        text = (f'User "{user.name}" cannot {attrs.verb} resource "{attrs.full_resource}" in API group '
+                f'"{attrs.group}" in the namespace "{attrs.namespace}"')
+    else:
+        text = (f'User "{user.name}" cannot {attrs.verb} resource "{attrs.full_resource}" in API group '
+                f'"{attrs.group}" at the cluster scope')
+    return f"{text}: {reason}" if reason else text
+
+
+def check(app, cl, user, attrs):
+    """403 in the apiserver's words (errors.NewForbidden) unless `decide` allows."""
+    ok, reason = decide(app, cl, user, attrs)
+    if ok:
         return
-    plural = resource.partition("/")[0]
-    what = f'{plural} "{name}"' if name else plural
-    message = (f'{what} is forbidden: User "{user.name}" cannot {verb} resource "{resource}" '
-               f'in API group "{group}" at the cluster scope')
-    if user.kind == "azure-token":
-        message += ": User does not have access to the resource in Azure. Update role assignment to allow access."
-    details = {"name": name, "kind": plural} if name else {"kind": plural}
-    if group:
-        details["group"] = group
-    raise status(403, "Forbidden", message, details)
+    qualified = f"{attrs.resource}.{attrs.group}" if attrs.group else attrs.resource
+    if attrs.path:
+        raise status(403, "Forbidden", f"forbidden: {forbidden_message(user, attrs, reason)}", {})
+    what = f'{qualified} "{attrs.name}"' if attrs.name else qualified
+    details = {"name": attrs.name, "kind": attrs.resource} if attrs.name else {"kind": attrs.resource}
+    if attrs.group:
+        details["group"] = attrs.group
+    raise status(403, "Forbidden", f"{what} is forbidden: {forbidden_message(user, attrs, reason)}", details)
+
+
+def authorize(app, cl, user, verb, resource, name=None, group=""):
+    """`check` for a cluster-scoped request ("plural" or "plural/subresource")."""
+    plural, _, sub = resource.partition("/")
+    check(app, cl, user, Attributes(verb, plural, sub, group, name=name or ""))
 
 
 # -- NodeRestriction admission ---------------------------------------------------------------

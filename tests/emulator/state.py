@@ -90,7 +90,8 @@ class State:
             for key, value in profiles.default_settings().items():
                 self.data["settings"].setdefault(key, value)
             self.data.setdefault("throttling", throttling.new_world())
-            for key in ("agent_pools", "agentpool_machines", "agentpool_operations", "bootstrap_tokens"):
+            for key in ("agent_pools", "agentpool_machines", "agentpool_operations", "bootstrap_tokens",
+                        "kube_objects"):
                 self.data.setdefault(key, {})
 
     def forget_himds_keys(self):
@@ -136,6 +137,9 @@ class State:
                 "agentpool_machines": {},
                 "agentpool_operations": {},
                 "bootstrap_tokens": {},
+                # Namespaced Kubernetes objects of the apiserver stand-in (pods, poddisruptionbudgets,
+                # daemonsets, events) by cluster id (lower), resource, then "namespace/name".
+                "kube_objects": {},
                 "tokens": old.get("tokens", {}) if keep_tokens else {},
                 "himds": {"bound_machine": None, "keys": {}, "challenges": 0, "tokens_issued": 0},
                 "operations": {},
@@ -277,6 +281,10 @@ class State:
         self.data["role_assignments"][name.lower()] = record
         self.mark_dirty()
         return record
+
+    def kube_objects(self, cluster_id, resource):
+        """The apiserver stand-in's `resource` objects of a cluster, by "namespace/name"."""
+        return self.data["kube_objects"].setdefault(cluster_id.lower(), {}).setdefault(resource, {})
 
     def next_resource_version(self):
         self.data["resource_version"] += 1

@@ -594,6 +594,34 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _read_first_line(path, default):
+    try:
+        with open(path) as f:
+            return f.readline().strip() or default
+    except OSError:
+        return default
+
+
+def system_info():
+    """NodeSystemInfo's fields that the API marks required (k8s.io/api core/v1 types.go), as a
+    kubelet fills them: the machine's ID, the boot's, the kernel, the OS image. kubeProxyVersion
+    is deprecated and left empty by kubelets since 1.31 (KEP-4004)."""
+    machine_id = _read_first_line(root_path("/etc/machine-id"), "")
+    if not machine_id:  # a scratch root has none: a stable stand-in from the node's name
+        machine_id = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:32]
+    os_image = "Linux"
+    try:
+        with open(root_path("/etc/os-release")) as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    os_image = line.split("=", 1)[1].strip().strip('"') or os_image
+    except OSError:
+        pass
+    return {"machineID": machine_id, "systemUUID": machine_id,
+            "bootID": _read_first_line("/proc/sys/kernel/random/boot_id", "00000000-0000-0000-0000-000000000000"),
+            "kernelVersion": os.uname().release, "osImage": os_image, "kubeProxyVersion": ""}
+
+
 def node_object(name, opts):
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
               "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
@@ -610,7 +638,8 @@ def node_object(name, opts):
         taints.append(taint)
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {},
             "status": {"nodeInfo": {"kubeletVersion": f"v{VERSION}", "operatingSystem": "linux",
-                                    "architecture": "amd64", "containerRuntimeVersion": "containerd://stand-in"},
+                                    "architecture": "amd64", "containerRuntimeVersion": "containerd://stand-in",
+                                    **system_info()},
                        "conditions": [_ready("False", "KubeletNotReady", "kubelet is starting")]}}
     if taints:
         node["spec"]["taints"] = taints

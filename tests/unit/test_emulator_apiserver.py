@@ -91,7 +91,8 @@ def test_json_patch_and_invalid_names(kube):
 def test_unauthenticated_and_unknown_paths(fresh_emulator, kube):
     status, _, body = fresh_emulator.http("GET", f"{fresh_emulator.apiserver}/api/v1/nodes")
     assert status == 401 and body["reason"] == "Unauthorized"
-    assert kube("GET", "/api/v1/pods")[0] == 404
+    assert kube("GET", "/api/v1/secrets")[0] == 404  # not served: 404, as for any unknown resource
+    assert kube("GET", "/apis/apps/v1/deployments")[0] == 404
     status, _, text = fresh_emulator.http("GET", f"{fresh_emulator.apiserver}/readyz")
     assert status == 200 and text == "ok"
 

@@ -55,7 +55,7 @@ def test_a_bootstrapper_may_only_use_csrs(fresh_emulator):
     assert client("GET", CSRS)[0] == 200
 
 
-def test_a_node_may_create_change_and_delete_only_its_own_node(fresh_emulator):
+def test_a_node_may_create_and_change_only_its_own_node_and_delete_none(fresh_emulator):
     admin = admin_client(fresh_emulator)
     assert admin("POST", "/api/v1/nodes", node("n2"))[0] == 201
     n1, _ = node_client(fresh_emulator, "n1")
@@ -74,14 +74,18 @@ def test_a_node_may_create_change_and_delete_only_its_own_node(fresh_emulator):
     assert n1("PATCH", "/api/v1/nodes/n1/status", ready, strategic)[0] == 200
     assert n1("PATCH", "/api/v1/nodes/n2/status", ready, strategic)[0] == 403
     assert n1("PATCH", "/api/v1/nodes/n2", {"metadata": {"labels": {"a": "b"}}}, strategic)[0] == 403
-    # The Node authorizer lets a node read every Node (pre-1.32 behaviour, without AuthorizeNodeWithSelectors).
+    # aks-one is 1.30: without AuthorizeNodeWithSelectors (beta from 1.32) a node reads every Node.
     status, listing = n1("GET", "/api/v1/nodes")
     assert status == 200 and {n["metadata"]["name"] for n in listing["items"]} == {"n1", "n2"}
     assert n1("GET", "/api/v1/nodes/n2")[0] == 200
 
-    status, answer = n1("DELETE", "/api/v1/nodes/n2")
-    assert status == 403 and 'not allowed to modify node "n2"' in answer["message"]
-    assert n1("DELETE", "/api/v1/nodes/n1")[0] == 200
+    # No node may delete a Node, its own included, since 1.13 (kubernetes/kubernetes#71021).
+    for name in ("n2", "n1"):
+        status, answer = n1("DELETE", f"/api/v1/nodes/{name}")
+        assert status == 403 and answer["message"] == (
+            f'nodes "{name}" is forbidden: User "system:node:n1" cannot delete resource "nodes" in API group "" '
+            "at the cluster scope"), answer
+    assert admin("DELETE", "/api/v1/nodes/n1")[0] == 200
     assert admin("GET", "/api/v1/nodes/n2")[0] == 200
 
 

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from aks_flex_node.azure import arc
 from tests.emulator import constants as C
 
 MACHINES = "/providers/Microsoft.HybridCompute/machines/"
@@ -123,7 +124,9 @@ def test_machine_get_list_and_delete(fresh_emulator, sdk):
     created = connect_machine(fresh_emulator, "sdk-m1")
     machine = sdk.hc.machines.get(C.CLUSTER_RG, "sdk-m1")
     assert machine.id == created["id"] and machine.identity.principal_id == created["identity"]["principalId"]
-    assert str(machine.status).endswith(("Connected", "CONNECTED")) and machine.location == C.LOCATION
+    # (hybridcompute 8.0.0b1 flattens the properties, 8.0.0 nests them: arc.machine_from_model reads both)
+    assert arc.machine_from_model(machine).status.endswith(("Connected", "CONNECTED"))
+    assert machine.location == C.LOCATION
     assert [m.name for m in sdk.hc.machines.list_by_resource_group(C.CLUSTER_RG)] == ["sdk-m1"]
 
     assert sdk.delete_machine(C.CLUSTER_RG, "sdk-m1") is None
