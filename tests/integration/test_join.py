@@ -6,6 +6,7 @@ assert is the state left in the root prefix and in the emulator.
 
 import base64
 import json
+import os
 
 from tests.emulator import constants as C
 from tests.harness import MACHINE_NAME
@@ -139,3 +140,20 @@ def test_phase_selection(node):
     assert machines(node.emu) == []
     proc = node.cli("bootstrap", "--phase", "nope")
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def test_the_kubelet_resolves_through_systemd_resolved_upstreams_when_it_runs(node):
+    """Ubuntu's (and any systemd-resolved host's) /etc/resolv.conf names only the stub
+    127.0.0.53, which pods cannot reach: the kubelet gets resolved's upstream list
+    (/run/systemd/resolve/resolv.conf), as kubeadm does (kubernetes.io/docs/tasks/
+    administer-cluster/dns-debugging-resolution/#known-issues); without resolved, /etc's."""
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(node.read("/var/lib/kubelet/config.yaml"))["resolvConf"] == "/etc/resolv.conf"
+    os.makedirs(node.path("/run/systemd/resolve"), exist_ok=True)
+    with open(node.path("/run/systemd/resolve/resolv.conf"), "w") as f:
+        f.write("nameserver 192.0.2.53\n")
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(node.read("/var/lib/kubelet/config.yaml"))["resolvConf"] == "/run/systemd/resolve/resolv.conf"
+    assert {p["name"]: p["status"] for p in summary["phases"]}["kubelet"] == "changed"
