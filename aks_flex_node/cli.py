@@ -126,6 +126,14 @@ def _agent_arguments(p, common):
     p.add_argument("--once", action="store_true", help="one pass, then exit")
 
 
+def _upgrade_arguments(p, common):
+    p.add_argument("--to", default=None, metavar="VERSION",
+                   help="the kubelet version to move to (MAJOR.MINOR.PATCH); default: the API server's")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the version-skew policy and print the plan; change nothing "
+                   "(the only mode this release runs: docs/upgrade.md)")
+
+
 def _config_arguments(p, common):
     prog = "aks-flex-node config"
     csub = p.add_subparsers(dest="config_command", metavar="ACTION", parser_class=_Parser, prog=prog)
@@ -152,6 +160,7 @@ SUBCOMMANDS = (
     ("preflight", "check the machine before a join", _preflight_arguments),
     ("token", "print an ExecCredential for the kubelet (its exec plugin)", None),
     ("agent", "the service: finish a pending join, then watch and converge", _agent_arguments),
+    ("upgrade", "check and plan a kubelet upgrade against the cluster's version", _upgrade_arguments),
     ("config", "show, check or import the configuration", _config_arguments),
     ("version", "print the version", None),
 )
@@ -375,6 +384,25 @@ def cmd_config(args):
     return int(ExitCode.OK)
 
 
+def cmd_upgrade(args):
+    from aks_flex_node import upgrade
+
+    cfg = load_config(args)
+    client = upgrade.node_client(cfg, _make_host(args))
+    plan = upgrade.run(client, cfg.machine_name, cfg.kubernetes_version, to=args.to, dry_run=args.dry_run)
+    if getattr(args, "json", False):
+        _print_json(plan)
+    elif not plan["needed"]:
+        print(f"node {plan['node']}: kubelet {plan['kubelet']} is already at {plan['target']} "
+              f"(kube-apiserver {plan['apiserver']}): nothing to do")
+    else:
+        print(f"would upgrade node {plan['node']} from kubelet {plan['kubelet']} to {plan['target']} "
+              f"(kube-apiserver {plan['apiserver']}; the version-skew policy allows it):")
+        for number, step in enumerate(plan["steps"], 1):
+            print(f"  {number}. {step}")
+    return int(ExitCode.OK)
+
+
 def cmd_version(args):
     if getattr(args, "json", False):
         _print_json({"version": __version__})
@@ -385,7 +413,8 @@ def cmd_version(args):
 
 COMMANDS = {
     "bootstrap": cmd_bootstrap, "unbootstrap": cmd_unbootstrap, "status": cmd_status,
-    "preflight": cmd_preflight, "agent": cmd_agent, "config": cmd_config, "version": cmd_version,
+    "preflight": cmd_preflight, "agent": cmd_agent, "config": cmd_config, "upgrade": cmd_upgrade,
+    "version": cmd_version,
 }
 
 

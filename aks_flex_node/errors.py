@@ -13,6 +13,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad command line or configuration
     PREFLIGHT = 3  # a preflight check failed and was not ignored
     AUTH = 4  # Azure authentication failed or permission denied
+    UNAVAILABLE = 69  # EX_UNAVAILABLE: the operation is not available in this release (upgrade)
     TEMPFAIL = 75  # EX_TEMPFAIL: try again later (network, throttling, lock held)
 
 

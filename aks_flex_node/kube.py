@@ -1,14 +1,15 @@
 """The few kube-apiserver calls we make, with the node's own token; stdlib only.
 
-We only ever touch our own Node object: read it (is it registered, is it Ready?) and
-delete it on unbootstrap. A full Kubernetes client would be hundreds of times the code
-for two verbs on one resource.
+We only ever touch our own Node and the pods bound to it: read the Node (is it registered,
+is it Ready?), cordon it, evict its pods (drain.py) and delete it on unbootstrap. A full
+Kubernetes client would be hundreds of times the code for a handful of verbs.
 
 A 403 is its own error type: right after the role assignments are made, the apiserver
 answers 403 until Azure RBAC has propagated ("up to 10 minutes":
 https://learn.microsoft.com/azure/role-based-access-control/troubleshooting), and callers poll on it.
 """
 
+import collections
 import json
 import socket
 import ssl
@@ -38,11 +39,35 @@ class Forbidden(AuthError):
     code = "kube_forbidden"
 
 
+# What one eviction request came to (drain.py decides what to do next):
+#   evicted  200/201: the API server accepted it; the pod is now terminating
+#   gone     404: the pod no longer exists (deleted meanwhile: the goal of an eviction)
+#   blocked  429: a PodDisruptionBudget forbids it now; `message` names the budget
+#   retry    409 or 5xx: try again (a concurrent budget update, a server hiccup, or a pod
+#            two budgets select, which the API server refuses with a 500)
+Eviction = collections.namedtuple("Eviction", "outcome message")
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Never follow a redirect: it would carry our bearer token to another URL."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
+
+
+def _message(payload, causes=False):
+    """A Status object's message and, with `causes`, its details' causes (where an
+    eviction's 429 names the PodDisruptionBudget)."""
+    if not isinstance(payload, dict):
+        return "no Status in the answer"
+    parts = [str(payload.get("message") or payload.get("reason") or "no message")]
+    if causes:
+        for cause in (payload.get("details") or {}).get("causes") or []:
+            if isinstance(cause, dict) and cause.get("message"):
+                parts.append(str(cause["message"]))
+    return " ".join(parts)
 
 
 def _node_summary(node):
@@ -88,14 +113,20 @@ class KubeClient:
                 raise KubeError(f"{client_cert}: expected a PEM client certificate and key ({err})") from None
         self._opener = self.policy.opener(self.server, context, _NoRedirect())
 
-    def _call(self, method, path):
-        """Return (status, parsed JSON or None); raise typed errors for 401/403/no answer."""
+    def _call(self, method, path, body=None, content_type="application/json", answered=()):
+        """Return (status, parsed JSON or None); raise typed errors for 401/403/no answer.
+        `body` (a dict) is sent as JSON with `content_type`; statuses in `answered` (429 or
+        5xx the caller handles itself, e.g. an eviction a budget forbids) are returned."""
         url = self.server + path
+        data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             url,
+            data=data,
             method=method,
             headers={"Accept": "application/json"},
         )
+        if data is not None:
+            request.add_header("Content-Type", content_type)
         if self._token_provider is not None:
             request.add_header("Authorization", f"Bearer {self._token_provider()}")
         try:
@@ -134,7 +165,7 @@ class KubeClient:
                 remedy="the node identity lacks Kubernetes permissions; right after the role "
                 "assignments this lasts until Azure RBAC propagates (up to 10 minutes)",
             )
-        if status >= 500 or status == 429:
+        if (status >= 500 or status == 429) and status not in answered:
             raise TemporaryError(f"apiserver {self.server} answered {status} to {method} {path}: {message or ''}")
         return status, payload
 
@@ -183,6 +214,60 @@ class KubeClient:
         if status not in (200, 202):
             raise KubeError(f"DELETE node {name!r}: unexpected answer {status}")
         return True
+
+    def server_version(self):
+        """The API server's gitVersion (e.g. "v1.30.4") from GET /version."""
+        status, payload = self._call("GET", "/version")
+        version = payload.get("gitVersion") if isinstance(payload, dict) else None
+        if status != 200 or not isinstance(version, str):
+            raise KubeError(f"GET /version: unexpected answer {status}: expected a version object with gitVersion")
+        return version
+
+    def patch_node(self, name, patch):
+        """Apply a strategic merge patch to the Node; return the patched Node, None when it
+        does not exist. Without a resourceVersion in the patch there is no precondition, so
+        a 409 means another writer raced us: TemporaryError, try again (API conventions,
+        "Concurrency Control and Consistency")."""
+        status, payload = self._call("PATCH", self._node_path(name), body=patch, content_type=STRATEGIC_MERGE)
+        if status == 404:
+            return None
+        if status == 409:
+            raise TemporaryError(f"PATCH node {name!r}: conflict (409): {_message(payload)}")
+        if status != 200 or not isinstance(payload, dict):
+            raise KubeError(f"PATCH node {name!r}: unexpected answer {status}: {_message(payload)}")
+        return payload
+
+    def list_pods_on_node(self, name):
+        """Every pod bound to the node, in all namespaces (fieldSelector spec.nodeName, which
+        the Node authorizer lets a node use on its own pods)."""
+        self._node_path(name)  # validates the name
+        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={name}"})
+        status, payload = self._call("GET", f"/api/v1/pods?{query}")
+        items = payload.get("items") if isinstance(payload, dict) else None
+        if status != 200 or not isinstance(items, list):
+            raise KubeError(f"LIST pods on node {name!r}: unexpected answer {status}: {_message(payload)}")
+        return items
+
+    def evict_pod(self, namespace, name):
+        """POST a policy/v1 Eviction for the pod; return an Eviction (see above). The API
+        server checks the pod's PodDisruptionBudget before deleting it
+        (kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/)."""
+        for part in (namespace, name):
+            if not part or "/" in part:
+                raise KubeError(f"pod {namespace}/{name}: expected a namespace and a pod name")
+        path = (f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}/pods/"
+                f"{urllib.parse.quote(name, safe='')}/eviction")
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        status, payload = self._call("POST", path, body=body, answered=(429, 500, 502, 503, 504))
+        if status in (200, 201):
+            return Eviction("evicted", "")
+        if status == 404:
+            return Eviction("gone", "")
+        if status == 429:
+            return Eviction("blocked", _message(payload, causes=True))
+        if status == 409 or status >= 500:
+            return Eviction("retry", f"{status}: {_message(payload, causes=True)}")
+        raise KubeError(f"evict pod {namespace}/{name}: unexpected answer {status}: {_message(payload)}")
 
     def wait_node_ready(self, name, timeout=300, interval=2, clock=time.monotonic, sleep=time.sleep):
         """Poll until the Node is Ready; return it. 401/403/absent count as "not yet"

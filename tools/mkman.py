@@ -31,6 +31,7 @@ EXIT_CODES = {
     ExitCode.USAGE: "bad command line or configuration (every problem is listed, each naming the key)",
     ExitCode.PREFLIGHT: "a preflight check failed and was not ignored",
     ExitCode.AUTH: "Azure authentication failed or a permission is missing",
+    ExitCode.UNAVAILABLE: "the operation is not available in this release (upgrade without --dry-run: docs/upgrade.md)",
     ExitCode.TEMPFAIL: "a temporary failure (network, throttling, another run holding the lock): retry later",
 }
 

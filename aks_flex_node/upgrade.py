@@ -1,0 +1,176 @@
+"""`aks-flex-node upgrade`: check a kubelet version change against the cluster and plan it.
+
+This slice checks and plans; it does not switch binaries yet (docs/upgrade.md). The check is
+the Kubernetes version-skew policy for the kubelet
+(kubernetes.io/releases/version-skew-policy/#kubelet): the kubelet must not be newer than
+kube-apiserver, and may be up to three minor versions older (two before kube-apiserver 1.25).
+Minor versions are what the policy speaks of: a patch release of the API server's minor is
+allowed whatever its patch number.
+"""
+
+import re
+from dataclasses import dataclass
+
+from aks_flex_node.errors import ExitCode, FlexNodeError, PreflightError, UsageError
+
+# ASCII digits only (\d would take other scripts' digits), a build or pre-release suffix allowed.
+_VERSION = re.compile(r"v?([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:[-+][0-9A-Za-z.+-]*)?")
+
+# sysexits.h EX_UNAVAILABLE: the binary switch is not built yet (docs/upgrade.md).
+EXIT_NOT_AVAILABLE = ExitCode.UNAVAILABLE
+
+
+class UpgradeNotAvailable(FlexNodeError):
+    exit_code = EXIT_NOT_AVAILABLE
+    code = "upgrade-not-available"
+
+
+class SkewError(PreflightError):
+    """The version asked for breaks the version-skew policy: nothing was changed."""
+
+    code = "version-skew"
+
+
+@dataclass(frozen=True, order=True)
+class Version:
+    major: int
+    minor: int
+    patch: int = None
+
+    def __str__(self):
+        return f"{self.major}.{self.minor}" + ("" if self.patch is None else f".{self.patch}")
+
+    @property
+    def minor_line(self):
+        return (self.major, self.minor)
+
+
+def parse_version(text, what):
+    """A Kubernetes version ("1.31.2", "v1.31.2", a gitVersion with a suffix); UsageError
+    naming `what` otherwise."""
+    match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise UsageError(f"{what} = {text!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
+    major, minor, patch = match.groups()
+    return Version(int(major), int(minor), None if patch is None else int(patch))
+
+
+def oldest_kubelet_minor(apiserver):
+    """How many minors older than the API server a kubelet may be: three from kube-apiserver
+    1.25 on (KEP-3935), two before."""
+    return 3 if apiserver.minor_line >= (1, 25) else 2
+
+
+def skew_problem(kubelet, apiserver):
+    """Why a kubelet at `kubelet` may not run against `apiserver`, or None when it may."""
+    if kubelet.major != apiserver.major:
+        return (f"kubelet {kubelet} and kube-apiserver {apiserver} differ in their major version; "
+                "the version-skew policy covers one major version")
+    if kubelet.minor > apiserver.minor:
+        return (f"kubelet {kubelet} would be newer than kube-apiserver {apiserver}: the version-skew "
+                "policy forbids a kubelet newer than kube-apiserver")
+    allowed = oldest_kubelet_minor(apiserver)
+    if apiserver.minor - kubelet.minor > allowed:
+        return (f"kubelet {kubelet} would be {apiserver.minor - kubelet.minor} minor versions older than "
+                f"kube-apiserver {apiserver}: the version-skew policy allows at most {allowed}")
+    return None
+
+
+def check_target(current, target, apiserver):
+    """Raise SkewError when moving the kubelet from `current` to `target` is not allowed
+    against `apiserver`; return True when there is something to do, False when the kubelet
+    is already at `target`."""
+    problem = skew_problem(target, apiserver)
+    if problem:
+        raise SkewError(f"refusing to upgrade the kubelet from {current} to {target}: {problem}",
+                        remedy="upgrade the cluster's control plane first, or choose a version the policy "
+                        "allows (kubernetes.io/releases/version-skew-policy/#kubelet)")
+    if target.minor_line < current.minor_line:
+        raise SkewError(f"refusing to move the kubelet from {current} down to {target}: downgrading a kubelet "
+                        "to an older minor version is not supported",
+                        remedy=f"choose a version of minor {current.major}.{current.minor} or newer")
+    return (target.minor_line, target.patch) != (current.minor_line, current.patch)
+
+
+def plan_steps(node, current, target, drain_timeout):
+    """What an upgrade does, in order (printed by --dry-run; the binary switch is not built in
+    this release: docs/upgrade.md)."""
+    return [
+        f"cordon node {node} (spec.unschedulable=true; left as found if it was already cordoned)",
+        f"drain node {node} through the Eviction API, honouring PodDisruptionBudgets, for up to "
+        f"{drain_timeout:g}s; DaemonSet and mirror pods stay; pods without a controller stop the upgrade",
+        f"install kubelet {target} side by side with {current} (a versioned directory)",
+        f"switch to {target} in one atomic step",
+        "restart the kubelet",
+        f"wait until node {node} is Ready and reports kubelet v{target}",
+        f"uncordon node {node}",
+        f"on failure: switch back to {current}, restart the kubelet, uncordon, exit 1",
+    ]
+
+
+@dataclass
+class Versions:
+    apiserver: Version
+    current: Version  # the node's kubelet
+    current_from: str  # where `current` was read
+    target: Version
+
+
+def versions(client, node_name, configured, to=None):
+    """Read the API server's version and the node's kubelet version (the Node's
+    status.nodeInfo.kubeletVersion, else the configured kubernetes_version); the target is
+    `to` or the API server's version (follow the cluster)."""
+    apiserver = parse_version(client.server_version(), "the API server's gitVersion")
+    node = client.get_node(node_name)
+    reported = ((node or {}).get("status") or {}).get("nodeInfo", {}).get("kubeletVersion")
+    if reported:
+        current, current_from = parse_version(reported, f"node {node_name} status.nodeInfo.kubeletVersion"), \
+            f"node {node_name} status.nodeInfo.kubeletVersion"
+    elif configured:
+        current = parse_version(configured, "kubernetes_version")
+        current_from = "kubernetes_version in the configuration"
+    else:
+        raise FlexNodeError(f"the kubelet version of node {node_name} is not known: the Node reports none and "
+                            "kubernetes_version is empty", remedy="aks-flex-node status; kubectl get node")
+    if to is not None:
+        target = parse_version(to, "--to")
+        if target.patch is None:
+            raise UsageError(f"--to = {to!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
+    else:
+        target = apiserver
+    return Versions(apiserver, current, current_from, target)
+
+
+def node_client(cfg, host):
+    """A KubeClient as the node (the kubelet's credential path), to the API server the
+    kubeconfig bootstrap wrote names."""
+    from aks_flex_node.engine.context import Context
+    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.steps.agentpool import tls_bootstrap
+    from aks_flex_node.steps.kubelet import api_server_of
+    from aks_flex_node.steps.node import kube_client
+
+    ctx = Context(cfg, host, Ledger(host))
+    tls = tls_bootstrap(cfg)
+    ctx.data.server, ctx.data.ca_pem = api_server_of(host, tls=tls)
+    return kube_client(ctx, tls=tls)
+
+
+DRAIN_TIMEOUT = 1800.0  # AKS's default drain timeout for a node upgrade: 30 minutes
+
+
+def run(client, node_name, configured, to=None, dry_run=False, drain_timeout=DRAIN_TIMEOUT):
+    """Check the versions and return the plan (a dict); change nothing. SkewError when the
+    policy forbids the target; UpgradeNotAvailable without dry_run while the switch is not built."""
+    v = versions(client, node_name, configured, to)
+    needed = check_target(v.current, v.target, v.apiserver)
+    plan = {"node": node_name, "apiserver": str(v.apiserver), "kubelet": str(v.current),
+            "kubelet_from": v.current_from, "target": str(v.target), "needed": needed,
+            "steps": plan_steps(node_name, v.current, v.target, drain_timeout) if needed else []}
+    if needed and not dry_run:
+        raise UpgradeNotAvailable(
+            f"the versions allow an upgrade of node {node_name} from kubelet {v.current} to {v.target} "
+            f"(kube-apiserver {v.apiserver}), but this release does not switch kubelet binaries yet: "
+            "nothing was changed (not even a cordon)",
+            remedy="`aks-flex-node upgrade --dry-run` shows the plan; see docs/upgrade.md")
+    return plan

@@ -1,0 +1,212 @@
+"""Cordon, drain and the upgrade checks against the emulated cluster, as the joined node.
+
+The node joins with `aks-flex-node bootstrap`; drain.py then talks to the API server stand-in
+with the node's own credential (upgrade.node_client: what unbootstrap and upgrade use), and
+the workloads are put in through the emulator's admin API as the controllers would have left
+them (tests/emulator/kube_pods.py).
+"""
+
+import json
+import threading
+import time
+
+import pytest
+
+from aks_flex_node import config, drain, upgrade
+from aks_flex_node.host import Host
+from tests.emulator import constants as C
+from tests.harness import MACHINE_NAME
+
+OTHER_NODE = "other-node"
+
+
+def put(emu, obj):
+    return emu.admin("POST", "kube/objects", {"cluster_id": C.CLUSTER_ID, "object": obj})
+
+
+def pod(name, node=MACHINE_NAME, namespace="default", labels=None, owner=None, annotations=None, **meta):
+    metadata = {"name": name, "namespace": namespace, "labels": labels or {}, **meta}
+    if owner:
+        kind, owner_name = owner
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": kind, "name": owner_name,
+                                        "uid": f"uid-{owner_name}", "controller": True}]
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]},
+            "status": {"phase": "Running"}}
+
+
+def budget(name, selector, disruptions_allowed):
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}},
+            "status": {"disruptionsAllowed": disruptions_allowed, "currentHealthy": 1,
+                       "desiredHealthy": 1 if not disruptions_allowed else 0, "expectedPods": 1,
+                       "observedGeneration": 1}}
+
+
+def workloads(emu, blocked):
+    """A DaemonSet pod and a mirror pod (both stay), two ReplicaSet pods (evicted; `web-1`
+    under a budget allowing no disruption when `blocked`), and a pod of another node."""
+    put(emu, {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "kube-system"},
+              "spec": {"selector": {"matchLabels": {"app": "agent"}}}})
+    put(emu, pod("agent-x1", namespace="kube-system", labels={"app": "agent"}, owner=("DaemonSet", "agent")))
+    put(emu, pod(f"static-web-{MACHINE_NAME}", namespace="kube-system",
+                 annotations={"kubernetes.io/config.mirror": "abc", "kubernetes.io/config.source": "file"}))
+    put(emu, pod("web-1", labels={"app": "web"}, owner=("ReplicaSet", "web-5d4f")))
+    put(emu, pod("api-1", labels={"app": "api"}, owner=("ReplicaSet", "api-7c9b")))
+    put(emu, pod("web-2", node=OTHER_NODE, labels={"app": "web"}, owner=("ReplicaSet", "web-5d4f")))
+    put(emu, budget("web", {"app": "web"}, 0 if blocked else 1))
+
+
+def pods(emu):
+    return set(emu.state()["kube_objects"].get(C.CLUSTER_ID.lower(), {}).get("pods", {}))
+
+
+def node_object(emu):
+    return {n["metadata"]["name"]: n for n in emu.state()["nodes"][C.CLUSTER_NAME]}[MACHINE_NAME]
+
+
+STAYING = {"kube-system/agent-x1", f"kube-system/static-web-{MACHINE_NAME}", "default/web-2"}
+
+
+@pytest.fixture
+def joined(node):
+    node.emu.settings(rbac_propagation_delay=0)
+    node.cli("bootstrap", check=True)
+    cfg = config.load("/etc/aks-flex-node/aks-flex-node.conf", root=node.root)
+    node.client = upgrade.node_client(cfg, Host(node.root))
+    node.emu.admin("DELETE", "requests")  # the join's own requests: the tests look at what follows
+    return node
+
+
+def test_cordon_and_uncordon_show_in_the_node(joined):
+    client, emu = joined.client, joined.emu
+    assert drain.cordon(client, MACHINE_NAME) is True
+    assert node_object(emu)["spec"]["unschedulable"] is True
+    assert drain.cordon(client, MACHINE_NAME) is False  # already cordoned: no second PATCH
+    assert drain.uncordon(client, MACHINE_NAME) is True
+    assert "unschedulable" not in node_object(emu)["spec"]
+    assert drain.uncordon(client, MACHINE_NAME) is False
+    patches = [r for r in emu.requests(server="apiserver", method="PATCH") if r["path"] == f"/api/v1/nodes/{MACHINE_NAME}"]
+    assert [r["status"] for r in patches] == [200, 200]
+
+
+def test_drain_evicts_replicaset_pods_and_leaves_daemonset_and_mirror_pods(joined):
+    workloads(joined.emu, blocked=False)
+    drain.cordon(joined.client, MACHINE_NAME)
+    report = drain.drain(joined.client, MACHINE_NAME, timeout=10, retry_first=0.05)
+    assert sorted(report.evicted) == ["default/api-1", "default/web-1"]
+    assert {pod for pod, _ in report.kept} == {"kube-system/agent-x1", f"kube-system/static-web-{MACHINE_NAME}"}
+    assert pods(joined.emu) == STAYING
+    evictions = [r for r in joined.emu.requests(server="apiserver", method="POST") if r["path"].endswith("/eviction")]
+    assert sorted(r["path"] for r in evictions) == ["/api/v1/namespaces/default/pods/api-1/eviction",
+                                                    "/api/v1/namespaces/default/pods/web-1/eviction"]
+
+
+def test_drain_waits_out_a_budget_that_frees(joined):
+    emu = joined.emu
+    workloads(emu, blocked=True)
+    done = {}
+
+    def run():
+        done["report"] = drain.drain(joined.client, MACHINE_NAME, timeout=30, retry_first=0.1, retry_max=0.5)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    deadline = time.monotonic() + 20
+    refused = []
+    while not refused and time.monotonic() < deadline:
+        refused = [r for r in emu.requests(server="apiserver", method="POST")
+                   if r["path"].endswith("/web-1/eviction") and r["status"] == 429]
+        time.sleep(0.1)
+    assert refused, "the budget never refused an eviction"
+    assert "default/web-1" in pods(emu)
+    put(emu, budget("web", {"app": "web"}, 1))  # the disruption controller frees one disruption
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+    assert "default/web-1" in done["report"].evicted
+    assert pods(emu) == STAYING
+
+
+def test_drain_that_never_frees_fails_naming_the_pod_and_the_budget_and_deletes_nothing(joined):
+    workloads(joined.emu, blocked=True)
+    with pytest.raises(drain.DrainError) as failed:
+        drain.drain(joined.client, MACHINE_NAME, timeout=1, retry_first=0.1, retry_max=0.2)
+    message = failed.value.message
+    assert failed.value.exit_code == 75
+    assert "default/web-1" in message and "The disruption budget web needs 1 healthy pods" in message
+    assert "default/web-1" in pods(joined.emu)  # nothing forced
+    assert not [r for r in joined.emu.requests(server="apiserver", method="DELETE") if "/pods/" in r["path"]]
+
+
+def test_cordon_and_drain_as_unbootstrap_calls_it(joined):
+    workloads(joined.emu, blocked=False)
+    report = drain.cordon_and_drain(joined.client, MACHINE_NAME, timeout=10, retry_first=0.05)
+    assert node_object(joined.emu)["spec"]["unschedulable"] is True
+    assert sorted(report.evicted) == ["default/api-1", "default/web-1"] and pods(joined.emu) == STAYING
+    assert drain.cordon_and_drain(joined.client, "no-such-node", timeout=1) is None
+
+
+def test_drain_waits_for_a_terminating_pod(joined):
+    emu = joined.emu
+    put(emu, pod("old-1", owner=("ReplicaSet", "old-1a"), deletionTimestamp="2026-01-01T00:00:00Z"))
+    threading.Timer(0.5, lambda: emu.admin("POST", "kube/objects", {"cluster_id": C.CLUSTER_ID, "object": pod(
+        "old-1", node=OTHER_NODE, owner=("ReplicaSet", "old-1a"))})).start()  # "gone" from this node
+    report = drain.drain(joined.client, MACHINE_NAME, timeout=10, retry_first=0.1, retry_max=0.2)
+    assert report.waited == ["default/old-1"] and report.evicted == []
+    assert not [r for r in emu.requests(server="apiserver", method="POST") if r["path"].endswith("/eviction")]
+
+
+def test_drain_refuses_pods_without_a_controller_before_evicting_anything(joined):
+    workloads(joined.emu, blocked=False)
+    put(joined.emu, pod("bare"))
+    with pytest.raises(drain.UnmanagedPods) as refused:
+        drain.drain(joined.client, MACHINE_NAME, timeout=5)
+    assert "default/bare" in refused.value.message
+    assert "default/web-1" in pods(joined.emu)
+    assert not [r for r in joined.emu.requests(server="apiserver", method="POST") if r["path"].endswith("/eviction")]
+
+
+# -- upgrade ----------------------------------------------------------------------------------
+
+def changes(emu):
+    """What was written to the API server, but for the kubelet stand-in's own status updates."""
+    return [(r["method"], r["path"]) for r in emu.requests(server="apiserver")
+            if r["method"] != "GET" and not r["path"].endswith("/status")]
+
+
+def test_upgrade_dry_run_prints_the_plan_and_changes_nothing(joined):
+    workloads(joined.emu, blocked=False)
+    before = pods(joined.emu)
+    proc = joined.cli("upgrade", "--dry-run", "--to", "1.30.5", check=True)
+    assert f"would upgrade node {MACHINE_NAME} from kubelet 1.30.4 to 1.30.5 (kube-apiserver 1.30.4" in proc.stdout
+    for word in ("cordon", "drain", "PodDisruptionBudgets", "side by side", "atomic", "restart the kubelet",
+                 "Ready and reports kubelet v1.30.5", "uncordon", "switch back to 1.30.4"):
+        assert word in proc.stdout, word
+    assert changes(joined.emu) == [] and pods(joined.emu) == before
+    assert "unschedulable" not in node_object(joined.emu)["spec"]
+    proc, plan = joined.cli_json("upgrade", "--dry-run")
+    assert proc.returncode == 0 and plan["needed"] is False and plan["target"] == "1.30.4"
+    assert plan["kubelet_from"] == f"node {MACHINE_NAME} status.nodeInfo.kubeletVersion"
+
+
+@pytest.mark.parametrize("to, rule", [
+    ("1.31.0", "forbids a kubelet newer than kube-apiserver"),
+    ("1.26.9", "allows at most 3"),
+])
+def test_upgrade_refuses_a_skew_violation_naming_both_versions(joined, to, rule):
+    proc = joined.cli("upgrade", "--dry-run", "--to", to)
+    assert proc.returncode == 3, proc.stderr
+    assert f"kubelet {to}" in proc.stderr and "kube-apiserver 1.30.4" in proc.stderr and rule in proc.stderr
+    assert changes(joined.emu) == []
+
+
+def test_upgrade_without_dry_run_is_refused_before_any_change(joined):
+    workloads(joined.emu, blocked=False)
+    proc, out = joined.cli_json("upgrade", "--to", "1.30.5")
+    assert proc.returncode == upgrade.EXIT_NOT_AVAILABLE == 69
+    assert out["error"] == "upgrade-not-available" and "nothing was changed" in out["message"]
+    assert changes(joined.emu) == []
+    assert "unschedulable" not in node_object(joined.emu)["spec"]
+    json.dumps(out)
