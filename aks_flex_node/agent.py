@@ -14,9 +14,17 @@ Each pass is handed what the previous one repaired: a repair needed again on the
 pass did not stick, and that pass fails saying so (engine/runner.py) rather than repairing
 it once a minute in silence; after the failure's backoff it is tried once more. What a
 step cannot observe on this host is logged when it first shows, or changes, not every pass.
+
+Each pass runs in a forked child (fork(2)) that reports a small JSON outcome over a pipe
+and exits: the Azure SDK, the config and the steps are imported there and go with it, so
+the resident agent between passes is the CLI and this module (issue 12: at most 35 MB;
+about 50 MB when the SDK stayed imported). So this module imports none of them at its top.
+A child that dies (killed, crashed) is a failed pass like any other, with its exit status.
 """
 
+import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -29,8 +37,6 @@ MAX_BACKOFF = 600.0
 
 def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=1800.0,
         clock=time.monotonic):
-    from aks_flex_node import lifecycle, operations
-
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -41,19 +47,17 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
     repaired = frozenset()  # (phase, action) the previous pass applied
     unknown = UnknownLog()
     while not stop.is_set():
-        try:
-            cfg = load_config()
-        except ConfigError as exc:
+        full = last_full is None or clock() - last_full >= cloud_interval
+        outcome = run_in_child(lambda: one_pass(load_config, host, full, repaired))
+        kind = outcome["kind"]
+        if kind == "config":
             # Nothing to do until an operator fixes the file; say so and wait.
-            log.error("%s", exc.message)
+            log.error("%s", outcome["message"])
             if once:
-                return int(exc.exit_code)
+                return outcome["exit_code"]
             stop.wait(interval)
             continue
-        # The agent converges a node whose join is pending (the postinst marks it) or
-        # that is joined; the mark is read once a pass.
-        joining = lifecycle.is_pending(host)
-        if not joining and not lifecycle.joined(host)[0]:
+        if kind == "idle":
             if not idle:
                 log.info("no join pending and the node is not joined: nothing to watch")
             idle = True
@@ -62,17 +66,11 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
             stop.wait(interval)
             continue
         idle = False
-        full = last_full is None or clock() - last_full >= cloud_interval
-        try:
-            result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
-                                                    recent_repairs=repaired, refresh_pool=joining)
-            ok, error = result.ok, result.error
-            repaired = result.applied
-            unknown.update(result)
-        except FlexNodeError as exc:  # lock held by a manual run, etc.
-            ok, error, repaired = False, exc, frozenset()
-        if ok:
-            _log_pass(result, cfg, joining, full)
+        repaired = frozenset(tuple(pair) for pair in outcome.get("applied", ()))
+        if outcome.get("phases") is not None:
+            unknown.update(outcome["phases"])
+        if kind == "ok":
+            _log_pass(outcome, full)
             if full:
                 last_full = clock()
             backoff = min(10.0, interval)
@@ -80,10 +78,9 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
                 return int(ExitCode.OK)
             stop.wait(interval)
         else:
-            log.warning("bootstrap pass failed (%s); retrying in %.0f s",
-                        getattr(error, "message", error), backoff)
+            log.warning("bootstrap pass failed (%s); retrying in %.0f s", outcome["message"], backoff)
             if once:
-                return int(getattr(error, "exit_code", ExitCode.FAILED))
+                return outcome["exit_code"]
             last_full = None  # whatever broke, the next pass looks at everything
             stop.wait(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
@@ -91,14 +88,98 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
     return int(ExitCode.OK)
 
 
-def _log_pass(result, cfg, joining, full):
+def one_pass(load_config, host, full, repaired):
+    """One pass, in the child: the outcome as plain data for the parent (see run)."""
+    from aks_flex_node import lifecycle, operations
+    from aks_flex_node.engine.runner import CHANGED, UNCHANGED
+
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        return {"kind": "config", "message": exc.message, "exit_code": int(exc.exit_code)}
+    # The agent converges a node whose join is pending (the postinst marks it) or that is
+    # joined; the mark is read once a pass.
+    joining = lifecycle.is_pending(host)
+    if not joining and not lifecycle.joined(host)[0]:
+        return {"kind": "idle"}
+    try:
+        result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
+                                                recent_repairs=repaired, refresh_pool=joining)
+    except FlexNodeError as exc:  # lock held by a manual run, etc.
+        return {"kind": "failed", "message": exc.message, "exit_code": int(exc.exit_code)}
+    outcome = {
+        "kind": "ok" if result.ok else "failed",
+        "applied": sorted(result.applied),
+        # A phase that did not get as far as its check (blocked by a failure) is not
+        # "checked": it tells nothing new about what it cannot observe.
+        "phases": [{"name": p.name, "changed": p.status == CHANGED,
+                    "checked": p.status in (CHANGED, UNCHANGED) or bool(p.unknown),
+                    "unknown": p.unknown} for p in result.phases],
+        "joining": joining, "cluster": cfg.cluster.name, "machine": cfg.machine_name,
+    }
+    if not result.ok:
+        error = result.error
+        outcome["message"] = str(getattr(error, "message", error))
+        outcome["exit_code"] = int(getattr(error, "exit_code", ExitCode.FAILED))
+    return outcome
+
+
+def run_in_child(work):
+    """Run `work()` in a forked child and return the dict it returned. Called only between
+    passes, when this process runs no other thread (fork copies just the caller's).
+
+    The child finishes its pass when the agent is told to stop, as a pass in this process
+    did before: its SIGTERM/SIGINT handler does nothing (systemd signals the whole unit's
+    cgroup, a terminal the whole process group, so the child gets them itself; a Python
+    handler, unlike SIG_IGN, is not inherited by the commands it runs, execve(2)). The
+    parent's handler sets `stop`, and the parent waits for the child's outcome."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 70  # EX_SOFTWARE (sysexits.h): a bug, its trace on stderr
+        try:
+            os.close(read_end)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: None)
+            data = json.dumps(work()).encode()
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(data)
+            code = 0
+        except BaseException:  # noqa: B036 - reported to the parent by the exit status
+            log.exception("the agent's pass crashed")
+        finally:
+            logging.shutdown()  # flush the journal lines before _exit skips atexit
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()  # EOF when the child exits, whatever way it does
+    _pid, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        try:
+            return json.loads(data)
+        except ValueError:
+            pass
+    return {"kind": "failed", "exit_code": int(ExitCode.FAILED),
+            "message": f"the pass's process {pid} {_died(status)}"}
+
+
+def _died(status):
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"was killed by signal {sig} ({name})"
+    return f"exited with status {os.WEXITSTATUS(status)} without reporting"
+
+
+def _log_pass(outcome, full):
     """A journal line for a pass that changed something (the runner logged each action);
     a converged node's passes stay quiet."""
-    from aks_flex_node.engine.runner import CHANGED
-
-    changed = [phase.name for phase in result.phases if phase.status == CHANGED]
-    if joining:
-        log.info("joined %s as %s; keeping the node converged", cfg.cluster.name, cfg.machine_name)
+    changed = [phase["name"] for phase in outcome["phases"] if phase["changed"]]
+    if outcome["joining"]:
+        log.info("joined %s as %s; keeping the node converged", outcome["cluster"], outcome["machine"])
     elif changed:
         log.info("%s pass: repaired %s", "full" if full else "local", ", ".join(changed))
 
@@ -110,15 +191,12 @@ class UnknownLog:
     def __init__(self):
         self.told = set()
 
-    def update(self, result):
-        from aks_flex_node.engine.runner import CHANGED, UNCHANGED
-
-        # A phase that did not get as far as its check this pass (blocked by a failure)
-        # tells nothing new: what it said before still holds.
-        checked = {phase.name for phase in result.phases
-                   if phase.status in (CHANGED, UNCHANGED) or phase.unknown}
-        now = {(phase.name, item["what"], item["reason"]) for phase in result.phases
-               if phase.name in checked for item in phase.unknown}
+    def update(self, phases):
+        """`phases`: the pass's phases as one_pass reports them."""
+        checked = {phase["name"] for phase in phases if phase["checked"]}
+        now = {(phase["name"], item["what"], item["reason"]) for phase in phases
+               if phase["name"] in checked for item in phase["unknown"]}
+        # What an unchecked phase said before still holds.
         now |= {told for told in self.told if told[0] not in checked}
         for name, what, reason in sorted(now - self.told):
             log.warning("%s: cannot tell %s: %s; leaving it alone", name, what, reason)

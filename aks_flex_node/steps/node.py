@@ -119,12 +119,9 @@ class NodeReadyStep(Step):
         from aks_flex_node.steps.agentpool import tls_bootstrap
 
         name, timeout = ctx.config.machine_name, ctx.config.node_ready_timeout
-        if tls_bootstrap(ctx.config):
-            _wait_tls(ctx, name, timeout)
-            ctx.ledger.record(self.name, "node", name, **_credential(True))
-            return
-        kube_client(ctx).wait_node_ready(name, timeout=timeout, interval=1)
-        ctx.ledger.record(self.name, "node", name)
+        tls = tls_bootstrap(ctx.config)
+        _wait_ready(ctx, name, timeout, tls)
+        ctx.ledger.record(self.name, "node", name, **_credential(tls))
 
     def plan_undo(self, ctx, entries):
         plan = Plan()
@@ -178,20 +175,48 @@ def _ready(node):
     return False
 
 
-def _wait_tls(ctx, name, timeout):
-    """Wait for the Node to be Ready, asking as the kubelet: a client made per attempt,
-    since the certificate appears (TLS bootstrap) and changes (rotation) meanwhile."""
+# The kubelet reports Ready a few seconds after it starts, and the join waits on it: poll
+# often during those seconds (at 1 s the Node was Ready about 0.5 s before the poll saw it,
+# on the join's critical path), then at 1 s, when a slow Node waits on the CNI or on its
+# certificate and a few GETs a second would only load the API server.
+READY_FAST_DELAY = 0.2
+READY_FAST_FOR = 5.0
+READY_SLOW_DELAY = 1.0
+
+
+def _wait_ready(ctx, name, timeout, tls):
+    """Wait for the Node to be Ready. Asking as the kubelet (TLS bootstrap), a client is
+    made per attempt, since the certificate appears (TLS bootstrap) and changes (rotation)
+    meanwhile; asking as the node's identity, one client serves every attempt."""
     from aks_flex_node import kube
-    from aks_flex_node.polling import poll
+
+    shared = None if tls else kube_client(ctx)
 
     def probe():
         try:
-            node = kube_client(ctx, tls=True).get_node(name)
+            node = (shared or kube_client(ctx, tls=True)).get_node(name)
         except (kube.Unauthorized, kube.Forbidden, TemporaryError) as err:
             return False, err.message
         return (True, node) if node is not None and _ready(node) else (False, kube._node_summary(node))
 
-    return poll(probe, timeout=timeout, delay=1, give_up=lambda last: TemporaryError(
+    where = " (TLS bootstrap: its CSR, its certificate)" if tls else " on this machine"
+    return poll_ready(probe, timeout, give_up=lambda last: TemporaryError(
         f"node {name!r} not Ready after {timeout:g}s; last seen: {last}",
-        remedy="check `journalctl -u kubelet` (TLS bootstrap: its CSR, its certificate) and "
-        "`aks-flex-node status`"))
+        remedy=f"check `journalctl -u kubelet`{where} and `aks-flex-node status`"))
+
+
+def poll_ready(probe, timeout, give_up, clock=time.monotonic, sleep=time.sleep):
+    """polling.poll at READY_FAST_DELAY for the first READY_FAST_FOR seconds, then at
+    READY_SLOW_DELAY until `timeout`."""
+    from aks_flex_node.polling import poll
+
+    class StillWaiting(Exception):
+        pass
+
+    fast_for = min(READY_FAST_FOR, timeout)
+    try:
+        return poll(probe, timeout=fast_for, delay=READY_FAST_DELAY, give_up=lambda _: StillWaiting(),
+                    clock=clock, sleep=sleep)
+    except StillWaiting:
+        return poll(probe, timeout=timeout - fast_for, delay=READY_SLOW_DELAY, give_up=give_up,
+                    clock=clock, sleep=sleep)
