@@ -106,6 +106,11 @@ def _unbootstrap_arguments(p, common):
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be removed, and why; change nothing")
     p.add_argument("--wait-lock", type=NOT_NEGATIVE, default=0.0, metavar="SECONDS")
+    p.add_argument("--drain-timeout", type=POSITIVE, default=None, metavar="SECONDS",
+                   help="how long to wait for PodDisruptionBudgets to allow the evictions before "
+                        "the Node is deleted (default 120)")
+    p.add_argument("--skip-drain", action="store_true",
+                   help="delete the Node without cordoning and draining it first")
 
 
 def _status_arguments(p, common):
@@ -279,7 +284,8 @@ def cmd_unbootstrap(args):
     json_out = getattr(args, "json", False)
     _result, summary = operations.unbootstrap(
         cfg, host, keep_cloud_resources=args.keep_cloud_resources, dry_run=args.dry_run,
-        lock_wait=args.wait_lock, progress=None if json_out or args.dry_run else output.PhasePrinter())
+        lock_wait=args.wait_lock, drain=not args.skip_drain, drain_timeout=args.drain_timeout,
+        progress=None if json_out or args.dry_run else output.PhasePrinter())
     if json_out:
         _print_json(summary)
     elif args.dry_run:

@@ -102,16 +102,21 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
 
 
 def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progress=None,
-                lock_wait=0.0):
+                lock_wait=0.0, drain=True, drain_timeout=None):
     """Undo what the ledger says we did, phase by phase in reverse order, best effort.
     Returns (UndoResult, status dict); the result's leftovers are what could not be
-    removed (each with why), for the operator to clean; a dry run changes nothing."""
+    removed (each with why), for the operator to clean; a dry run changes nothing.
+    `drain`: cordon and drain the Node before it is deleted, within `drain_timeout` seconds
+    (default drain.UNBOOTSTRAP_TIMEOUT); False: the Node is deleted with its pods."""
+    from aks_flex_node import drain as node_drain
     from aks_flex_node.steps.workflow import unbootstrap_steps
 
     started = time.time()
     with RunLock(host, "unbootstrap", wait=lock_wait):
         ledger = Ledger(host)
-        ctx = Context(cfg, host, ledger, options={"dry_run": dry_run})
+        ctx = Context(cfg, host, ledger, options={
+            "dry_run": dry_run,
+            "drain_timeout": (drain_timeout or node_drain.UNBOOTSTRAP_TIMEOUT) if drain else None})
         status_file = st.StatusFile(host)
         if not dry_run:
             _mark_running(status_file, dict(_identity(cfg), operation="unbootstrap"))

@@ -7,6 +7,7 @@ them (tests/emulator/kube_pods.py).
 """
 
 import json
+import os
 import threading
 import time
 
@@ -210,3 +211,43 @@ def test_upgrade_without_dry_run_is_refused_before_any_change(joined):
     assert changes(joined.emu) == []
     assert "unschedulable" not in node_object(joined.emu)["spec"]
     json.dumps(out)
+
+
+# -- unbootstrap drains before it deletes the Node ----------------------------------------
+
+def test_unbootstrap_cordons_and_drains_before_deleting_the_node(joined):
+    emu = joined.emu
+    workloads(emu, blocked=False)
+    proc, summary = joined.cli_json("unbootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert pods(emu) >= STAYING and {"default/web-1", "default/api-1"}.isdisjoint(pods(emu))
+    assert MACHINE_NAME not in {n["metadata"]["name"] for n in emu.state()["nodes"][C.CLUSTER_NAME]}
+    # In that order: the cordon (a PATCH), the evictions, then the DELETE of the Node.
+    calls = [(r["method"], r["path"]) for r in emu.requests(server="apiserver")
+             if r["method"] in ("PATCH", "POST", "DELETE")]
+    cordon = calls.index(("PATCH", f"/api/v1/nodes/{MACHINE_NAME}"))
+    evictions = [i for i, c in enumerate(calls) if c[1].endswith("/eviction")]
+    delete = calls.index(("DELETE", f"/api/v1/nodes/{MACHINE_NAME}"))
+    assert cordon < min(evictions) and max(evictions) < delete and len(evictions) == 2
+
+
+def test_a_drain_that_cannot_finish_keeps_the_node_and_says_why(joined):
+    emu = joined.emu
+    workloads(emu, blocked=True)
+    proc, summary = joined.cli_json("unbootstrap", "--drain-timeout", "1")
+    assert proc.returncode == 1, proc.stderr
+    assert MACHINE_NAME in {n["metadata"]["name"] for n in emu.state()["nodes"][C.CLUSTER_NAME]}
+    assert "default/web-1" in pods(emu)  # never deleted by force
+    [left] = [item for item in summary["leftovers"] if MACHINE_NAME in item]
+    assert "default/web-1" in left and "disruption budget web" in left
+    # The rest of the host was still cleaned: the drain is the Node's leftover only.
+    assert not os.path.exists(joined.path("/var/lib/kubelet"))
+
+
+def test_skip_drain_deletes_the_node_with_its_pods(joined):
+    emu = joined.emu
+    workloads(emu, blocked=True)
+    proc, _summary = joined.cli_json("unbootstrap", "--skip-drain")
+    assert proc.returncode == 0, proc.stderr
+    assert MACHINE_NAME not in {n["metadata"]["name"] for n in emu.state()["nodes"][C.CLUSTER_NAME]}
+    assert not [r for r in emu.requests(server="apiserver") if r["path"].endswith("/eviction")]
