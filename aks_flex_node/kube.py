@@ -199,12 +199,7 @@ class KubeClient:
     def node_ready(self, name):
         """True/False from the Ready condition; None when the Node does not exist."""
         node = self.get_node(name)
-        if node is None:
-            return None
-        for cond in (node.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "Ready":
-                return cond.get("status") == "True"
-        return False
+        return None if node is None else is_ready(node)
 
     def delete_node(self, name):
         """True when deleted, False when it was not there."""
@@ -269,27 +264,57 @@ class KubeClient:
             return Eviction("retry", f"{status}: {_message(payload, causes=True)}")
         raise KubeError(f"evict pod {namespace}/{name}: unexpected answer {status}: {_message(payload)}")
 
-    def wait_node_ready(self, name, timeout=300, interval=2, clock=time.monotonic, sleep=time.sleep):
-        """Poll until the Node is Ready; return it. 401/403/absent count as "not yet"
-        (the token or RBAC may still be propagating); give up after `timeout` seconds
-        with a TemporaryError saying what was last seen."""
 
-        def probe():
-            try:
-                node = self.get_node(name)
-            except (Unauthorized, Forbidden, TemporaryError) as err:
-                return False, err.message
-            ready = node is not None and any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (node.get("status") or {}).get("conditions") or [])
-            return (True, node) if ready else (False, _node_summary(node))
 
-        def give_up(last_seen):
-            return TemporaryError(
-                f"node {name!r} not Ready after {timeout:g}s; last seen: {last_seen}",
-                remedy="check `journalctl -u kubelet` on this machine and `aks-flex-node status`")
+def is_ready(node):
+    """Whether a Node object's Ready condition is True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in ((node or {}).get("status") or {}).get("conditions") or [])
 
-        return poll(probe, timeout=timeout, delay=interval, give_up=give_up, clock=clock, sleep=sleep)
+
+# The kubelet reports Ready a few seconds after it starts, and a join waits on it: poll
+# often during those seconds (at 1 s the Node was Ready about 0.5 s before the poll saw it,
+# on the join's critical path), then at 1 s, when a slow Node waits on the CNI or on its
+# certificate and a few GETs a second would only load the API server.
+READY_FAST_DELAY = 0.2
+READY_FAST_FOR = 5.0
+READY_SLOW_DELAY = 1.0
+
+
+def wait_node_ready(client_for, name, timeout, remedy="check `journalctl -u kubelet` and `aks-flex-node status`",
+                    clock=time.monotonic, sleep=time.sleep):
+    """Poll until the Node is Ready; return it. `client_for()` gives the client of each
+    attempt (a kubelet's certificate appears and rotates meanwhile). 401/403/absent count as
+    "not yet" (the credential or RBAC may still be propagating); after `timeout` seconds a
+    TemporaryError says what was last seen."""
+
+    def probe():
+        try:
+            node = client_for().get_node(name)
+        except (Unauthorized, Forbidden, TemporaryError) as err:
+            return False, err.message
+        return (True, node) if is_ready(node) else (False, _node_summary(node))
+
+    def give_up(last_seen):
+        return TemporaryError(f"node {name!r} not Ready after {timeout:g}s; last seen: {last_seen}", remedy=remedy)
+
+    return poll_fast_then_slow(probe, timeout, give_up, clock=clock, sleep=sleep)
+
+
+def poll_fast_then_slow(probe, timeout, give_up, clock=time.monotonic, sleep=time.sleep):
+    """polling.poll at READY_FAST_DELAY for the first READY_FAST_FOR seconds, then at
+    READY_SLOW_DELAY until `timeout`."""
+
+    class StillWaiting(Exception):
+        pass
+
+    fast_for = min(READY_FAST_FOR, timeout)
+    try:
+        return poll(probe, timeout=fast_for, delay=READY_FAST_DELAY, give_up=lambda _: StillWaiting(),
+                    clock=clock, sleep=sleep)
+    except StillWaiting:
+        return poll(probe, timeout=timeout - fast_for, delay=READY_SLOW_DELAY, give_up=give_up,
+                    clock=clock, sleep=sleep)
 
 
 def readyz(server, ca_pem, policy=None, timeout=10):

@@ -6,6 +6,7 @@ admin credential: what we check is exactly what the kubelet will be able to do.
 
 import time
 
+from aks_flex_node import kube
 from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step
 from aks_flex_node.errors import TemporaryError
 from aks_flex_node.steps.kubelet import api_server_of
@@ -31,7 +32,6 @@ def node_token(ctx):
 def kube_client(ctx, tls=None):
     """A client as the node: in Arc mode with the Arc identity's token, in the TLS bootstrap
     modes with the kubelet's client certificate (TemporaryError until it has one)."""
-    from aks_flex_node import kube
     from aks_flex_node.steps.agentpool import KUBELET_CLIENT_CERT, tls_bootstrap
 
     if tls if tls is not None else tls_bootstrap(ctx.config):
@@ -43,8 +43,6 @@ def kube_client(ctx, tls=None):
 
 def identity_authorized(client, node_name):
     """True when the API server accepts the identity (a 404 for our Node counts), False on 401/403."""
-    from aks_flex_node import kube
-
     try:
         client.get_node(node_name)
         return True
@@ -108,7 +106,7 @@ class NodeReadyStep(Step):
             node = kube_client(ctx).get_node(name)
             if node is not None:
                 ctx.adopt(self.name, "node", name, **_credential(tls))
-                if _ready(node):
+                if kube.is_ready(node):
                     plan.noop_reason = f"node {name} is Ready"
                     return plan
         plan.add(f"wait up to {ctx.config.node_ready_timeout} s for node {name} to be Ready",
@@ -143,7 +141,6 @@ class NodeReadyStep(Step):
         kubelet delete Node objects since Kubernetes 1.13 (kubernetes/kubernetes#71021;
         kubernetes.io/docs/reference/access-authn-authz/node/). Then the Node is left to the
         cluster, and the report says so and what an admin runs."""
-        from aks_flex_node import kube
         from aks_flex_node.engine.undo import Leftover
 
         name, tls = entry["id"], entry.get("credential") == KUBELET_CERT_CREDENTIAL
@@ -181,55 +178,11 @@ def _credential(tls):
     return {"credential": KUBELET_CERT_CREDENTIAL} if tls else {}
 
 
-def _ready(node):
-    for cond in node.get("status", {}).get("conditions", []) or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
-    return False
-
-
-# The kubelet reports Ready a few seconds after it starts, and the join waits on it: poll
-# often during those seconds (at 1 s the Node was Ready about 0.5 s before the poll saw it,
-# on the join's critical path), then at 1 s, when a slow Node waits on the CNI or on its
-# certificate and a few GETs a second would only load the API server.
-READY_FAST_DELAY = 0.2
-READY_FAST_FOR = 5.0
-READY_SLOW_DELAY = 1.0
-
-
 def _wait_ready(ctx, name, timeout, tls):
     """Wait for the Node to be Ready. Asking as the kubelet (TLS bootstrap), a client is
     made per attempt, since the certificate appears (TLS bootstrap) and changes (rotation)
     meanwhile; asking as the node's identity, one client serves every attempt."""
-    from aks_flex_node import kube
-
     shared = None if tls else kube_client(ctx)
-
-    def probe():
-        try:
-            node = (shared or kube_client(ctx, tls=True)).get_node(name)
-        except (kube.Unauthorized, kube.Forbidden, TemporaryError) as err:
-            return False, err.message
-        return (True, node) if node is not None and _ready(node) else (False, kube._node_summary(node))
-
     where = " (TLS bootstrap: its CSR, its certificate)" if tls else " on this machine"
-    return poll_ready(probe, timeout, give_up=lambda last: TemporaryError(
-        f"node {name!r} not Ready after {timeout:g}s; last seen: {last}",
-        remedy=f"check `journalctl -u kubelet`{where} and `aks-flex-node status`"))
-
-
-def poll_ready(probe, timeout, give_up, clock=time.monotonic, sleep=time.sleep):
-    """polling.poll at READY_FAST_DELAY for the first READY_FAST_FOR seconds, then at
-    READY_SLOW_DELAY until `timeout`."""
-    from aks_flex_node.polling import poll
-
-    class StillWaiting(Exception):
-        pass
-
-    fast_for = min(READY_FAST_FOR, timeout)
-    try:
-        return poll(probe, timeout=fast_for, delay=READY_FAST_DELAY, give_up=lambda _: StillWaiting(),
-                    clock=clock, sleep=sleep)
-    except StillWaiting:
-        return poll(probe, timeout=timeout - fast_for, delay=READY_SLOW_DELAY, give_up=give_up,
-                    clock=clock, sleep=sleep)
+    return kube.wait_node_ready(lambda: shared or kube_client(ctx, tls=True), name, timeout,
+                                remedy=f"check `journalctl -u kubelet`{where} and `aks-flex-node status`")

@@ -202,15 +202,17 @@ def test_wait_node_ready_sees_forbidden_then_ready(apiserver):
         if len(polls) == 3:
             apiserver.add_node("n1", ready=True)
 
-    node = client(apiserver).wait_node_ready("n1", timeout=60, interval=0.01, sleep=sleep)
+    c = client(apiserver)
+    node = kube.wait_node_ready(lambda: c, "n1", timeout=60, sleep=sleep)
     assert node["status"]["conditions"][0]["status"] == "True"
     assert len(polls) == 3
 
 
 def test_wait_node_ready_times_out_with_what_was_last_seen(apiserver):
     apiserver.add_node("n1", ready=False)
-    with pytest.raises(TemporaryError, match="not Ready after 0.2s; last seen: Node Ready=False \\(KubeletNotReady"):
-        client(apiserver).wait_node_ready("n1", timeout=0.2, interval=0.05)
+    c = client(apiserver)
+    with pytest.raises(TemporaryError, match="not Ready after 0.5s; last seen: Node Ready=False \\(KubeletNotReady"):
+        kube.wait_node_ready(lambda: c, "n1", timeout=0.5)
 
 
 def test_wrong_ca_is_refused_not_retried(apiserver, tmp_path):

@@ -127,7 +127,7 @@ def kubelet(fresh_emulator, azure_clients, node_identity, tmp_path):
 def test_ready_after_the_kubelet_registers(fresh_emulator, azure_clients, node_identity, client, kubelet):
     fresh_emulator.settings(rbac_propagation_delay=0.3)
     rbac.ensure_assignment(azure_clients, C.CLUSTER_ID, C.ROLE_AKS_RBAC_CLUSTER_ADMIN, node_identity)
-    node = client.wait_node_ready(NODE, timeout=30, interval=0.2)
+    node = kube.wait_node_ready(lambda: client, NODE, timeout=30)
     assert node["metadata"]["name"] == NODE
     assert client.node_ready(NODE) is True
     status = json.loads((kubelet.state_dir / "kubelet-status.json").read_text())
@@ -142,4 +142,4 @@ def test_ready_after_the_kubelet_registers(fresh_emulator, azure_clients, node_i
 
 def test_wait_node_ready_reports_forbidden_when_it_gives_up(client):
     with pytest.raises(TemporaryError, match=r"not Ready after 0.3s; last seen: .*forbids GET /api/v1/nodes/m1 \(403\)"):
-        client.wait_node_ready(NODE, timeout=0.3, interval=0.1)
+        kube.wait_node_ready(lambda: client, NODE, timeout=0.3)

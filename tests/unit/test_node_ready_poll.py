@@ -3,7 +3,7 @@ usually about to report it, then at 1 s; it used to poll at 1 s from the start."
 
 import pytest
 
-from aks_flex_node.steps.node import poll_ready
+from aks_flex_node.kube import poll_fast_then_slow as poll_ready
 
 
 class Clock:
