@@ -97,15 +97,15 @@ def one_pass(load_config, host, full, repaired):
         cfg = load_config()
     except ConfigError as exc:
         return {"kind": "config", "message": exc.message, "exit_code": int(exc.exit_code)}
-    # The agent converges a node whose join is pending (the postinst marks it) or that is
-    # joined; the mark is read once a pass.
-    joining = lifecycle.is_pending(host)
-    if not joining and not lifecycle.joined(host)[0]:
-        return {"kind": "idle"}
     try:
+        # The agent converges a node whose join is pending (the postinst marks it) or that
+        # is joined; the mark is read once a pass.
+        joining = lifecycle.is_pending(host)
+        if not joining and not lifecycle.joined(host)[0]:
+            return {"kind": "idle"}
         result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
                                                 recent_repairs=repaired, refresh_pool=joining)
-    except FlexNodeError as exc:  # lock held by a manual run, etc.
+    except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.
         return {"kind": "failed", "message": exc.message, "exit_code": int(exc.exit_code)}
     outcome = {
         "kind": "ok" if result.ok else "failed",
