@@ -104,7 +104,7 @@ def one_pass(load_config, host, full, repaired):
         if not joining and not lifecycle.joined(host)[0]:
             return {"kind": "idle"}
         result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
-                                                recent_repairs=repaired, refresh_pool=joining)
+                                                recent_repairs=repaired, refresh_pool=joining, agent=True)
     except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.
         return {"kind": "failed", "message": exc.message, "exit_code": int(exc.exit_code)}
     outcome = {

@@ -135,8 +135,9 @@ def _upgrade_arguments(p, common):
     p.add_argument("--to", default=None, metavar="VERSION",
                    help="the kubelet version to move to (MAJOR.MINOR.PATCH); default: the API server's")
     p.add_argument("--dry-run", action="store_true",
-                   help="check the version-skew policy and print the plan; change nothing "
-                   "(the only mode this release runs: docs/upgrade.md)")
+                   help="check the version-skew policy and print the plan; change nothing")
+    p.add_argument("--wait-lock", type=NOT_NEGATIVE, default=0.0, metavar="SECONDS",
+                   help="wait this long for another run to finish")
 
 
 def _config_arguments(p, common):
@@ -165,7 +166,8 @@ SUBCOMMANDS = (
     ("preflight", "check the machine before a join", _preflight_arguments),
     ("token", "print an ExecCredential for the kubelet (its exec plugin)", None),
     ("agent", "the service: finish a pending join, then watch and converge", _agent_arguments),
-    ("upgrade", "check and plan a kubelet upgrade against the cluster's version", _upgrade_arguments),
+    ("upgrade", "move the kubelet to the cluster's version (or --to): cordon, drain, switch, uncordon",
+     _upgrade_arguments),
     ("config", "show, check or import the configuration", _config_arguments),
     ("version", "print the version", None),
 )
@@ -391,21 +393,47 @@ def cmd_config(args):
 
 
 def cmd_upgrade(args):
-    from aks_flex_node import upgrade
+    from aks_flex_node import operations, upgrade
+    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.steps.kubernetes import UPGRADE_ID, UPGRADE_KIND
 
     cfg = load_config(args)
-    client = upgrade.node_client(cfg, _make_host(args))
-    plan = upgrade.run(client, cfg.machine_name, cfg.kubernetes_version, to=args.to, dry_run=args.dry_run)
-    if getattr(args, "json", False):
-        _print_json(plan)
-    elif not plan["needed"]:
-        print(f"node {plan['node']}: kubelet {plan['kubelet']} is already at {plan['target']} "
-              f"(kube-apiserver {plan['apiserver']}): nothing to do")
-    else:
-        print(f"would upgrade node {plan['node']} from kubelet {plan['kubelet']} to {plan['target']} "
-              f"(kube-apiserver {plan['apiserver']}; the version-skew policy allows it):")
-        for number, step in enumerate(plan["steps"], 1):
-            print(f"  {number}. {step}")
+    host = _make_host(args)
+    json_out = getattr(args, "json", False)
+    target = upgrade.target_of(cfg, args.to)
+    plan = upgrade.run(upgrade.node_client(cfg, host), cfg.machine_name, cfg.kubernetes_version, to=target,
+                       drain_timeout=cfg.upgrade_drain_timeout, ready_timeout=cfg.node_ready_timeout)
+    under_way = (Ledger(host).get(UPGRADE_KIND, UPGRADE_ID) or {}).get("phase") not in (None, "failed")
+    if args.dry_run or not (plan["needed"] or under_way):
+        if json_out:
+            _print_json(plan)
+        elif not plan["needed"]:
+            print(f"node {plan['node']}: kubelet {plan['kubelet']} is already at {plan['target']} "
+                  f"(kube-apiserver {plan['apiserver']}): nothing to do")
+        else:
+            print(f"would upgrade node {plan['node']} from kubelet {plan['kubelet']} to {plan['target']} "
+                  f"(kube-apiserver {plan['apiserver']}; the version-skew policy allows it):")
+            for number, step in enumerate(plan["steps"], 1):
+                print(f"  {number}. {step}")
+        return int(ExitCode.OK)
+    # The run is a bootstrap with the target as kubernetes_version: the kubernetes phase
+    # installs it side by side, the kubelet-upgrade phase switches (steps/kubelet_upgrade.py).
+    if not cfg.kubernetes_version:
+        cfg = cfg.overlaid({"kubernetes_version": plan["target"]}, "upgrade --to" if args.to else "the API server")
+    result, summary = operations.bootstrap(cfg, host, lock_wait=args.wait_lock, upgrade=True,
+                                           progress=None if json_out else output.PhasePrinter())
+    summary["upgrade"] = {k: plan[k] for k in ("node", "apiserver", "kubelet", "target")}
+    if json_out:
+        _print_json(summary)
+    if result.error is not None:
+        error = result.error if isinstance(result.error, FlexNodeError) else \
+            FlexNodeError(f"{type(result.error).__name__}: {result.error}")
+        if not json_out:
+            _report_error(error, json_out=False)
+        return int(error.exit_code)
+    if not json_out:
+        print(f"upgrade complete in {summary['duration_s']:.1f}s: node {plan['node']} runs kubelet "
+              f"{plan['target']} (was {plan['kubelet']})")
     return int(ExitCode.OK)
 
 

@@ -80,7 +80,8 @@ def _node_summary(node):
         return "Node registered, no Ready condition yet"
     cond = ready[0]
     reason = f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""
-    return f"Node Ready={cond.get('status')}{reason}"
+    version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+    return f"Node Ready={cond.get('status')}{reason}" + (f", kubelet {version}" if version else "")
 
 
 class KubeClient:
@@ -282,18 +283,20 @@ READY_SLOW_DELAY = 1.0
 
 
 def wait_node_ready(client_for, name, timeout, remedy="check `journalctl -u kubelet` and `aks-flex-node status`",
-                    clock=time.monotonic, sleep=time.sleep):
-    """Poll until the Node is Ready; return it. `client_for()` gives the client of each
-    attempt (a kubelet's certificate appears and rotates meanwhile). 401/403/absent count as
-    "not yet" (the credential or RBAC may still be propagating); after `timeout` seconds a
-    TemporaryError says what was last seen."""
+                    clock=time.monotonic, sleep=time.sleep, accept=None):
+    """Poll until the Node is Ready (and `accept(node)`, when given: a kubelet version);
+    return it. `client_for()` gives the client of each attempt (a kubelet's certificate
+    appears and rotates meanwhile). 401/403/absent count as "not yet" (the credential or RBAC
+    may still be propagating); after `timeout` seconds a TemporaryError says what was last seen."""
 
     def probe():
         try:
             node = client_for().get_node(name)
         except (Unauthorized, Forbidden, TemporaryError) as err:
             return False, err.message
-        return (True, node) if is_ready(node) else (False, _node_summary(node))
+        if is_ready(node) and (accept is None or accept(node)):
+            return True, node
+        return False, _node_summary(node)
 
     def give_up(last_seen):
         return TemporaryError(f"node {name!r} not Ready after {timeout:g}s; last seen: {last_seen}", remedy=remedy)

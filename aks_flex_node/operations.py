@@ -41,7 +41,7 @@ def _identity(cfg):
 
 def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
               ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False,
-              recent_repairs=frozenset(), refresh_pool=True):
+              recent_repairs=frozenset(), refresh_pool=True, agent=False, upgrade=False):
     """Join this node. Returns (RunResult, status dict).
 
     `local_only` (the agent's frequent pass) converges the host but asks Azure nothing: the
@@ -51,6 +51,8 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     `refresh_pool` False (the agent's full passes on a joined node): in agent-pool mode, the
     pool's bootstrap data recorded by the last full run stands unless the kubelet needs a
     new token (each listBootstrapData call mints one: steps/agentpool.py).
+    `agent`: the run is the agent's (a kubelet upgrade waits for upgrade_window); `upgrade`:
+    `aks-flex-node upgrade` asked for it (a version whose upgrade failed is tried again).
     """
     from aks_flex_node.steps.workflow import bootstrap_steps
 
@@ -60,7 +62,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         ctx = Context(cfg, host, ledger, data=JoinData.restore(cached), options={
             "ignore_preflight_errors": set(ignore_preflight_errors),
             "local_only": bool(cached) and local_only, "dry_run": dry_run,
-            "refresh_pool": refresh_pool})
+            "refresh_pool": refresh_pool, "agent": agent, "upgrade": upgrade})
         if ctx.local_only:
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)

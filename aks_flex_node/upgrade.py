@@ -1,6 +1,7 @@
 """`aks-flex-node upgrade`: check a kubelet version change against the cluster and plan it.
 
-This slice checks and plans; it does not switch binaries yet (docs/upgrade.md). The check is
+The switch itself is the kubelet-upgrade phase's (steps/kubelet_upgrade.py); `upgrade`
+without --dry-run runs it through a bootstrap run (docs/upgrade.md). The check is
 the Kubernetes version-skew policy for the kubelet
 (kubernetes.io/releases/version-skew-policy/#kubelet): the kubelet must not be newer than
 kube-apiserver, and may be up to three minor versions older (two before kube-apiserver 1.25).
@@ -11,18 +12,10 @@ allowed whatever its patch number.
 import re
 from dataclasses import dataclass
 
-from aks_flex_node.errors import ExitCode, FlexNodeError, PreflightError, UsageError
+from aks_flex_node.errors import FlexNodeError, PreflightError, UsageError
 
 # ASCII digits only (\d would take other scripts' digits), a build or pre-release suffix allowed.
 _VERSION = re.compile(r"v?([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:[-+][0-9A-Za-z.+-]*)?")
-
-# sysexits.h EX_UNAVAILABLE: the binary switch is not built yet (docs/upgrade.md).
-EXIT_NOT_AVAILABLE = ExitCode.UNAVAILABLE
-
-
-class UpgradeNotAvailable(FlexNodeError):
-    exit_code = EXIT_NOT_AVAILABLE
-    code = "upgrade-not-available"
 
 
 class SkewError(PreflightError):
@@ -92,17 +85,17 @@ def check_target(current, target, apiserver):
     return (target.minor_line, target.patch) != (current.minor_line, current.patch)
 
 
-def plan_steps(node, current, target, drain_timeout):
-    """What an upgrade does, in order (printed by --dry-run; the binary switch is not built in
-    this release: docs/upgrade.md)."""
+def plan_steps(node, current, target, drain_timeout, ready_timeout):
+    """What an upgrade does, in order (steps/kubelet_upgrade.py; printed by --dry-run)."""
     return [
+        f"install kubelet {target} side by side with {current} (a directory per version), converging "
+        "the rest of the node as bootstrap does",
         f"cordon node {node} (spec.unschedulable=true; left as found if it was already cordoned)",
         f"drain node {node} through the Eviction API, honouring PodDisruptionBudgets, for up to "
         f"{drain_timeout:g}s; DaemonSet and mirror pods stay; pods without a controller stop the upgrade",
-        f"install kubelet {target} side by side with {current} (a versioned directory)",
-        f"switch to {target} in one atomic step",
+        f"switch to {target} in one atomic step (a rename of the link naming the active version)",
         "restart the kubelet",
-        f"wait until node {node} is Ready and reports kubelet v{target}",
+        f"wait up to {ready_timeout:g}s until node {node} is Ready and reports kubelet v{target}",
         f"uncordon node {node}",
         f"on failure: switch back to {current}, restart the kubelet, uncordon, exit 1",
     ]
@@ -156,21 +149,30 @@ def node_client(cfg, host):
     return kube_client(ctx, tls=tls)
 
 
-DRAIN_TIMEOUT = 1800.0  # AKS's default drain timeout for a node upgrade: 30 minutes
-
-
-def run(client, node_name, configured, to=None, dry_run=False, drain_timeout=DRAIN_TIMEOUT):
+def run(client, node_name, configured, to=None, drain_timeout=1800, ready_timeout=300):
     """Check the versions and return the plan (a dict); change nothing. SkewError when the
-    policy forbids the target; UpgradeNotAvailable without dry_run while the switch is not built."""
+    policy forbids the target."""
     v = versions(client, node_name, configured, to)
     needed = check_target(v.current, v.target, v.apiserver)
-    plan = {"node": node_name, "apiserver": str(v.apiserver), "kubelet": str(v.current),
+    return {"node": node_name, "apiserver": str(v.apiserver), "kubelet": str(v.current),
             "kubelet_from": v.current_from, "target": str(v.target), "needed": needed,
-            "steps": plan_steps(node_name, v.current, v.target, drain_timeout) if needed else []}
-    if needed and not dry_run:
-        raise UpgradeNotAvailable(
-            f"the versions allow an upgrade of node {node_name} from kubelet {v.current} to {v.target} "
-            f"(kube-apiserver {v.apiserver}), but this release does not switch kubelet binaries yet: "
-            "nothing was changed (not even a cordon)",
-            remedy="`aks-flex-node upgrade --dry-run` shows the plan; see docs/upgrade.md")
-    return plan
+            "steps": plan_steps(node_name, v.current, v.target, drain_timeout, ready_timeout) if needed else []}
+
+
+def target_of(cfg, to):
+    """The version `upgrade` moves to: --to, which must agree with a kubernetes_version the
+    configuration pins (else the next bootstrap would move the node back); the pinned one;
+    or None: the API server's (follow the cluster)."""
+    pinned = cfg.kubernetes_version
+    if to is not None:
+        wanted = parse_version(to, "--to")
+        if wanted.patch is None:
+            raise UsageError(f"--to = {to!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
+        if pinned and parse_version(pinned, "kubernetes_version") != wanted:
+            raise UsageError(
+                f"--to = {to!r}: kubernetes_version = {pinned} in {cfg.source} pins this node's kubelet, and "
+                "the next bootstrap or agent pass would move it back",
+                remedy=f"set kubernetes_version = {wanted} (dpkg-reconfigure aks-flex-node, or edit the file) "
+                "and run `aks-flex-node upgrade`, or empty it to follow the cluster")
+        return str(wanted)
+    return pinned or None

@@ -52,6 +52,7 @@ MAX_LENGTH = {
     "resource_id": 300,
     "version": 128,
     "k8s_version": 32,
+    "upgrade_window": 64,  # "Mon,Tue,Wed,Thu,Fri,Sat,Sun 00:00-23:59" has 39 characters
     # distribution/reference: a repository name of at most 255 characters
     # (NameTotalLengthMax), a tag of 128, a sha256 digest of 71, and their separators.
     "image_ref": 512,
@@ -354,6 +355,16 @@ def check_k8s_version(value):
     if not match:
         raise Invalid(value, "a Kubernetes version x.y.z such as 1.30.4, or empty for the cluster's")
     return match.group(1)
+
+
+def check_upgrade_window(value):
+    from aks_flex_node import window
+
+    try:
+        parsed = window.parse(value)
+    except window.WindowError as err:
+        raise Invalid(value, str(err) if str(err) == window.EXPECTED else f"{window.EXPECTED}: {err}") from None
+    return "" if parsed is None else str(parsed)
 
 
 def check_image_ref(value):

@@ -30,6 +30,7 @@ CHECKS = {
     "resource_id": checks.check_resource_id,
     "version": checks.check_version,
     "k8s_version": checks.check_k8s_version,
+    "upgrade_window": checks.check_upgrade_window,
     "image_ref": checks.check_image_ref,
     "url_template": checks.check_url_template,
     "checksum_template": checks.check_checksum_template,

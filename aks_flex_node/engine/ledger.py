@@ -6,7 +6,9 @@ parent_dir (removed only when empty of anything we did not create), state_dir (a
 state directory we created: it goes with its content, never across a mount), cache_dir,
 unit, role_assignment, arc_machine, azcmagent_connection, node, artifact (the files an
 install from one URL writes, recorded before the first of them: steps/artifacts.py),
-agentpool_machine (the node's Machine in its FlexNodes pool: steps/agentpool.py).
+agentpool_machine (the node's Machine in its FlexNodes pool: steps/agentpool.py),
+kubelet_upgrade (an upgrade of the kubelet under way, or the last one that failed:
+steps/kubelet_upgrade.py). A file entry with `link` is a symlink we made.
 `joined` holds what the node is joined to and the facts of the last full run.
 
 `owed` holds obligations (engine/step.Obligation): a restart or a unit reload that a change
@@ -25,7 +27,7 @@ import threading
 
 from aks_flex_node import paths
 from aks_flex_node.engine.lock import writing_state
-from aks_flex_node.engine.state_shape import INTEGER, TEXT, ListOf, Obj, shape_problem
+from aks_flex_node.engine.state_shape import FLAG, INTEGER, TEXT, ListOf, Obj, shape_problem
 from aks_flex_node.engine.step import Obligation
 from aks_flex_node.errors import FlexNodeError
 
@@ -37,13 +39,14 @@ FORMAT_VERSION = 1
 KINDS = frozenset({
     "file", "dir", "parent_dir", "state_dir", "cache_dir", "unit", "role_assignment",
     "arc_machine", "azcmagent_connection", "azcmagent_config", "node", "artifact",
-    "agentpool_machine"})
+    "agentpool_machine", "kubelet_upgrade"})
 
 
 # What we write (_empty, record, owe, set_joined); `version` is checked on its own.
 ENTRY = Obj(required={"step": TEXT, "kind": TEXT, "id": TEXT},
             optional={"backup": TEXT, "mode": INTEGER, "url": TEXT, "members": ListOf(TEXT),
-                      "previous": TEXT})
+                      "previous": TEXT, "link": TEXT, "version": TEXT, "from": TEXT, "to": TEXT,
+                      "phase": TEXT, "cordoned": FLAG, "why": TEXT, "fingerprint": ListOf(INTEGER)})
 LEDGER_SHAPE = Obj(optional={
     "version": INTEGER, "entries": ListOf(ENTRY),
     "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),
@@ -131,6 +134,20 @@ class Ledger:
                         self._save()
                     return
             self._data["entries"].append(dict(step=step, kind=kind, id=id, **extra))
+            self._save()
+
+    def replace(self, step, kind, id, **extra):
+        """Record `kind` `id` with exactly these fields: an entry already there keeps its
+        place (undo order) and loses the fields not given."""
+        with self._lock:
+            entry = dict(step=step, kind=kind, id=id, **extra)
+            for index, old in enumerate(self._data["entries"]):
+                if old["kind"] == kind and old["id"] == id:
+                    if old != entry:
+                        self._data["entries"][index] = entry
+                        self._save()
+                    return
+            self._data["entries"].append(entry)
             self._save()
 
     def has(self, kind, id):

@@ -152,7 +152,8 @@ def stale_temps(path):
         if match and not pid_alive(int(match.group(1))):
             candidate = os.path.join(directory, name)
             st = _lstat(candidate)
-            if st is not None and stat.S_ISREG(st.st_mode):
+            # A regular file (write_file's) or a link (write_symlink's), never a directory.
+            if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
                 stale.append(candidate)
     return sorted(stale)
 
@@ -245,6 +246,53 @@ def write_file(path, content, mode=0o644, owner=None):
 
     _replace_atomically(path, content, mode, owner)
     return "created" if st is None else "content"
+
+
+def read_link(path):
+    """Where the symlink at `path` points (its text, never resolved); None when no symlink is there."""
+    try:
+        return os.readlink(path)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EINVAL):  # EINVAL: not a symlink
+            return None
+        raise _fail("read the link", path, e) from e
+
+
+def write_symlink(path, target):
+    """Make `path` a symlink to `target` (relative, so it means the same under any root).
+
+    Returns "created", "target" (another link or a file was replaced) or None when the link
+    already points there. The new link is made under a temp name and renamed over `path`
+    (rename(2) replaces atomically): a process that opens `path` meanwhile gets the old or
+    the new target, never nothing. This is the one switch between two installed versions.
+    A directory at `path` is refused, as write_file refuses one.
+    """
+    path = os.fspath(path)
+    if os.path.isabs(target) or not target:
+        raise ValueError(f"target = {target!r}: expected a relative path")
+    st = _lstat(path)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise HostFileError(f"cannot link {path}: it is a directory, expected a file or a link")
+    if st is not None and stat.S_ISLNK(st.st_mode) and os.readlink(path) == target:
+        return None
+    directory = os.path.dirname(path)
+    make_parents(directory)
+    remove_stale_temps(path)
+    tmp = os.path.join(directory, f"{_temp_prefix(path)}{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        os.symlink(target, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise _fail("link", path, e) from e
+    try:
+        _fsync_dir(directory)
+    except OSError as e:
+        raise _fail("sync the directory of", path, e) from e
+    return "created" if st is None else "target"
 
 
 def ensure_dir(path, mode=DIR_MODE):

@@ -80,6 +80,16 @@ class Host:
             log.debug("%s %s (mode %o)", change, path, mode)
         return change
 
+    def write_symlink(self, path, target):
+        """Atomically make `path` a symlink to the relative `target` (see fs.write_symlink)."""
+        change = fs.write_symlink(self._writable(path), target)
+        if change:
+            log.debug("%s %s -> %s", change, path, target)
+        return change
+
+    def read_link(self, path):
+        return fs.read_link(self.path(path))
+
     def ensure_dir(self, path, mode=0o755):
         return fs.ensure_dir(self._writable(path), mode)
 

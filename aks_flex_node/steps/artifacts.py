@@ -1,9 +1,10 @@
 """Installing release binaries: verified, cached, and skipped when already in place.
 
-A binary we installed is in the ledger with the URL of the release it came from and its own
-sha256. When the wanted release is the recorded one and every file on disk still has its
-recorded hash, nothing is fetched at all, not even the checksum file: a second bootstrap
-on a joined node downloads nothing. Otherwise the checksum comes from the release's
+A binary we installed is in the ledger with the URL of the release it came from, its own
+sha256 and its fingerprint (inode, size, modification and change times). When the wanted
+release is the recorded one and every file on disk still has its recorded fingerprint (or,
+when that differs, its recorded hash), nothing is fetched at all, not even the checksum
+file: a second bootstrap on a joined node downloads nothing and hashes nothing. Otherwise the checksum comes from the release's
 checksum file, the archive is fetched into the cache (or found there) and verified, and
 each member is written atomically (host.write_file), so a running binary is replaced by
 rename and never truncated under a running process.
@@ -18,7 +19,9 @@ old, and the next run installs again. Each file's ledger entry is written before
 """
 
 import hashlib
+import os
 import platform
+import stat
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError
@@ -36,6 +39,19 @@ def node_arch():
         return ARCHES[machine]
     except KeyError:
         raise FlexNodeError(f"unsupported CPU architecture {machine!r}: expected x86_64 or aarch64")
+
+
+def fingerprint(host, path):
+    """What says a file is the one we wrote without reading it: inode, size, and the
+    modification and change times in nanoseconds (the change time moves with any write or
+    chmod, and nobody can set it back: stat(2)). None when no regular file is there."""
+    try:
+        st = os.lstat(host.path(path))
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 class ArtifactStep(tracked.OwnsPaths, Step):
@@ -62,12 +78,20 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         """Where an archive member goes (a basename under dest_dir), or None to skip it."""
         raise NotImplementedError
 
-    def installed(self, ctx, url):
+    def target_dir(self, version):
+        """The directory `version`'s files go to (one for every version, unless overridden)."""
+        return self.dest_dir
+
+    def record_id(self, version):
+        """The id of the ledger's `artifact` record of `version`'s install."""
+        return self.artifact
+
+    def installed(self, ctx, url, version=None):
         """The ledger's file entries of this artifact when every file the install from `url`
         writes is on disk as it wrote it; None when one is missing, old or changed."""
-        record = ctx.ledger.get(ARTIFACT_KIND, self.artifact)
+        record = ctx.ledger.get(ARTIFACT_KIND, self.record_id(version))
         files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind="file")}
-        if record is None:
+        if record is None and self.record_id(version) == self.artifact:
             # An earlier release recorded each file but not the archive's list. Its install
             # is taken as whole when every file it recorded from `url` is intact:
             # reinstalling would restart the kubelet and containerd on `apt upgrade`.
@@ -76,7 +100,7 @@ class ArtifactStep(tracked.OwnsPaths, Step):
             if entries:
                 ctx.adopt(self.name, ARTIFACT_KIND, self.artifact, url=url, members=members)
             return entries
-        if record.get("url") != url or not record.get("members"):
+        if record is None or record.get("url") != url or not record.get("members"):
             return None  # another version
         return self._intact(ctx, url, files, record["members"])
 
@@ -86,9 +110,17 @@ class ArtifactStep(tracked.OwnsPaths, Step):
             entry = files.get(path)
             if entry is None or entry.get("artifact_url") != url:
                 return None  # the run that recorded the install was killed before this file
-            data = ctx.host.read_bytes(path)
-            if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            seen = fingerprint(ctx.host, path)
+            if seen is None:
                 return None
+            if seen != entry.get("fingerprint"):
+                data = ctx.host.read_bytes(path)
+                if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+                    return None
+                if not ctx.options.get("dry_run"):
+                    # Bookkeeping of ours, not a change to the host: the next run reads the
+                    # file's metadata instead of hashing it again.
+                    ctx.ledger.record(entry["step"], "file", path, fingerprint=seen)
             entries.append(entry)
         return entries
 
@@ -100,16 +132,16 @@ class ArtifactStep(tracked.OwnsPaths, Step):
             plan.noop_reason = "version not known yet (it comes from the cluster)"
             return plan
         url, checksum_url = ctx.config.artifact_urls(self.artifact, version, node_arch())
-        if self.installed(ctx, url):
+        if self.installed(ctx, url, version):
             if not plan.actions:
                 plan.noop_reason = f"{self.artifact} {version} installed and intact"
             return plan
-        plan.add(f"install {self.artifact} {version} into {self.dest_dir}",
+        plan.add(f"install {self.artifact} {version} into {self.target_dir(version)}",
                  "not installed, another version, a file was changed, or an install was cut short",
-                 lambda: self.install(ctx, url, checksum_url), owes=self.owes(version))
+                 lambda: self.install(ctx, url, checksum_url, version), owes=self.owes(version))
         return plan
 
-    def install(self, ctx, url, checksum_url):
+    def install(self, ctx, url, checksum_url, version=None):
         tracked.ensure_cache_dir(ctx, self.name)
         downloader = ctx.downloader()
         filename = url.rsplit("/", 1)[-1]
@@ -118,16 +150,19 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         names = self.member_names(archive)
         if not names:
             raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
+        directory = self.target_dir(version)
         # Written (and saved) before the first member: a run killed among the writes
         # leaves a record naming the files still missing, and installed() says so.
-        ctx.ledger.record(self.name, ARTIFACT_KIND, self.artifact, url=url,
-                          members=[f"{self.dest_dir}/{name}" for name in names])
-        tracked.make_parents(ctx, self.name, self.dest_dir + "/")
+        ctx.ledger.record(self.name, ARTIFACT_KIND, self.record_id(version), url=url,
+                          members=[f"{directory}/{name}" for name in names])
+        tracked.make_parents(ctx, self.name, directory + "/")
         for dest, data in self.members(archive):
+            path = f"{directory}/{dest}"
             tracked.write_tracked(
-                ctx, self.name, f"{self.dest_dir}/{dest}", data, 0o755, artifact=self.artifact,
+                ctx, self.name, path, data, 0o755, artifact=self.artifact,
                 artifact_url=url, sha256=hashlib.sha256(data).hexdigest())
-        if not self.installed(ctx, url):
+            ctx.ledger.record(self.name, "file", path, fingerprint=fingerprint(ctx.host, path))
+        if not self.installed(ctx, url, version):
             raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
 
     def member_names(self, archive):

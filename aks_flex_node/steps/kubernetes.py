@@ -1,12 +1,75 @@
-"""The Kubernetes node binaries and the CNI plugins."""
+"""The Kubernetes node binaries, side by side per version, and the CNI plugins."""
 
+import hashlib
 import json
+import os
+import re
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step
+from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.steps import tracked
-from aks_flex_node.steps.artifacts import ArtifactStep
+from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep, fingerprint, node_arch
 
 KUBE_BINARIES = ("kubelet", "kubectl", "kubeadm")
+BIN_DIR = "/usr/local/bin"
+# One directory per version, v<version>, and `current`, a link naming the active one.
+KUBE_LIB = "/usr/local/lib/aks-flex-node/kubernetes"
+CURRENT = KUBE_LIB + "/current"
+# The ledger's record of a kubelet upgrade under way (or the last one that failed).
+UPGRADE_KIND, UPGRADE_ID = "kubelet_upgrade", "kubelet"
+
+
+def version_dir(version):
+    return f"{KUBE_LIB}/v{version}"
+
+
+def bin_link(tool):
+    """Relative, so the link means the same on the node and under an image build's root."""
+    return os.path.relpath(f"{CURRENT}/{tool}", BIN_DIR)
+
+
+def active_version(host):
+    """The version `current` names, or None (no link: nothing installed yet, or an earlier
+    release's single-version layout)."""
+    target = host.read_link(CURRENT)
+    if target and target.startswith("v") and "/" not in target:
+        return target[1:]
+    return None
+
+
+def switch(ctx, version):
+    """The switch: `current` names `version`'s directory, in one rename(2)."""
+    tracked.link_tracked(ctx, KubernetesBinariesStep.name, CURRENT, f"v{version}")
+
+
+def _version_key(version):
+    return tuple(int(part) for part in re.findall(r"[0-9]+", version)[:3])
+
+
+def wanted_version(ctx):
+    """The version this node should run: kubernetes_version when the config (or the agent
+    pool) sets it; else the cluster's, never older than the active one: following the
+    cluster moves forward only, so a node moved to a newer patch by `upgrade --to` stays."""
+    if ctx.config.kubernetes_version:
+        return ctx.config.kubernetes_version
+    cluster, active = ctx.data.kubernetes_version, active_version(ctx.host)
+    if cluster and active and _version_key(active) > _version_key(cluster):
+        return active
+    return cluster
+
+
+def node_registered(ctx):
+    """Whether a Node of ours is registered (the node-ready phase recorded it): from then
+    on, workloads may run here and a version change goes through the kubelet-upgrade phase."""
+    return ctx.ledger.has("node", ctx.config.machine_name)
+
+
+def upgrade_versions(ctx):
+    """The versions an upgrade under way switches between (kept until it is done)."""
+    record = ctx.ledger.get(UPGRADE_KIND, UPGRADE_ID)
+    if record is None or record.get("phase") == "failed":
+        return ()
+    return tuple(v for v in (record.get("from"), record.get("to")) if v)
 CNI_BIN_DIR = "/opt/cni/bin"
 CNI_CONF_DIR = "/etc/cni/net.d"
 BRIDGE_CONFLIST = CNI_CONF_DIR + "/99-aks-flex-node-bridge.conflist"
@@ -14,15 +77,32 @@ CNI_STATE_DIR = "/var/lib/cni"
 
 
 class KubernetesBinariesStep(ArtifactStep):
+    """Each Kubernetes version in a directory of its own, the active one named by a link.
+
+    /usr/local/bin/{kubelet,kubectl,kubeadm} are links into `current`, and `current` names
+    one version's directory: switching versions is the one rename(2) of `current`
+    (host.write_symlink), so the kubelet's unit always finds a whole kubelet, old or new, and
+    the previous version is still there to switch back to. On a node with a registered Node,
+    a new version is installed beside the active one and the kubelet-upgrade phase switches
+    (cordon, drain, switch, restart, Ready, uncordon: steps/kubelet_upgrade.py); before
+    that (a first join) this phase switches itself, owing the kubelet's restart.
+    """
+
     name = "kubernetes"
-    help = "install kubelet, kubectl and kubeadm of the cluster's Kubernetes version"
+    help = "install kubelet, kubectl and kubeadm of the wanted Kubernetes version, side by side with the active one"
     artifact = "kubernetes"
-    dest_dir = "/usr/local/bin"
+    dest_dir = BIN_DIR
     needs = ("cluster",)
     restarts = "kubelet"
 
     def version(self, ctx):
-        return ctx.data.kubernetes_version or ctx.config.kubernetes_version
+        return wanted_version(ctx)
+
+    def target_dir(self, version):
+        return version_dir(version)
+
+    def record_id(self, version):
+        return f"{self.artifact}/v{version}"
 
     def dest_name(self, member):
         # kubernetes-node tarballs hold kubernetes/node/bin/<tool>; we take the three we use.
@@ -31,6 +111,91 @@ class KubernetesBinariesStep(ArtifactStep):
         if name.startswith(prefix) and name[len(prefix):] in KUBE_BINARIES:
             return name[len(prefix):]
         return None
+
+    def check(self, ctx):
+        plan = Plan()
+        tracked.plan_cache_tag(ctx, plan, self.name)
+        version = self.version(ctx)
+        if not version:
+            plan.noop_reason = "version not known yet (it comes from the cluster)"
+            return plan
+        url, checksum_url = ctx.config.artifact_urls(self.artifact, version, node_arch())
+        active = active_version(ctx.host)
+        legacy = self._legacy_install(ctx, url) if active is None else None
+        if legacy:
+            plan.add(f"copy kubernetes {version} from {BIN_DIR} into {version_dir(version)}",
+                     "an earlier aks-flex-node installed one version there; versions now sit side by side",
+                     lambda: self._adopt(ctx, url, version, legacy))
+        elif not self.installed(ctx, url, version):
+            # Rewriting the active version's files changes what the kubelet runs.
+            plan.add(f"install kubernetes {version} into {version_dir(version)}",
+                     "not installed, a file was changed, or an install was cut short",
+                     lambda: self.install(ctx, url, checksum_url, version),
+                     owes=self.owes(version) if version == active else ())
+        if active != version and (active is None or not node_registered(ctx)):
+            # No Node yet, so no workload to move off first. The binaries of an earlier
+            # release's layout are the same bytes: the running kubelet is that version.
+            plan.add(f"make kubernetes {version} the active version ({CURRENT} -> v{version})",
+                     "no version is active yet" if active is None else
+                     f"{active} is active and this node has no Node registered yet",
+                     lambda: switch(ctx, version), owes=() if legacy else self.owes(version))
+        for tool in KUBE_BINARIES:
+            path, target = f"{BIN_DIR}/{tool}", bin_link(tool)
+            if ctx.host.read_link(path) != target:
+                plan.add(f"link {path} to the active version ({target})",
+                         "the kubelet's unit and operators run it from there",
+                         lambda p=path, t=target: tracked.link_tracked(ctx, self.name, p, t))
+        if ctx.ledger.get(ARTIFACT_KIND, self.artifact) is not None:
+            plan.add(f"forget the record of the single-version install in {BIN_DIR}",
+                     "its files are links into the versioned directories now",
+                     lambda: ctx.ledger.forget(ARTIFACT_KIND, self.artifact))
+        self._plan_prune(ctx, plan, keep={version, active, *upgrade_versions(ctx)})
+        if not plan.actions:
+            plan.noop_reason = f"kubernetes {version} installed, intact and active"
+        return plan
+
+    def _legacy_install(self, ctx, url):
+        """The file entries of a single-version install in /usr/local/bin (an earlier
+        release's layout) from `url`, when every file is intact; None otherwise."""
+        record = ctx.ledger.get(ARTIFACT_KIND, self.artifact)
+        files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind="file")}
+        if record is not None:
+            members = record.get("members") if record.get("url") == url else None
+        else:
+            members = [p for p, e in files.items() if e.get("artifact_url") == url and p.startswith(BIN_DIR + "/")]
+        return self._intact(ctx, url, files, members) if members else None
+
+    def _adopt(self, ctx, url, version, entries):
+        directory = version_dir(version)
+        ctx.ledger.record(self.name, ARTIFACT_KIND, self.record_id(version), url=url,
+                          members=[f"{directory}/{os.path.basename(e['id'])}" for e in entries])
+        tracked.make_parents(ctx, self.name, directory + "/")
+        for entry in entries:
+            data = ctx.host.read_bytes(entry["id"])
+            if data is None or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise FlexNodeError(f"{entry['id']} changed while it was being copied; run bootstrap again")
+            path = f"{directory}/{os.path.basename(entry['id'])}"
+            tracked.write_tracked(ctx, self.name, path, data, 0o755, artifact=self.artifact,
+                                  artifact_url=url, sha256=entry["sha256"])
+            ctx.ledger.record(self.name, "file", path, fingerprint=fingerprint(ctx.host, path))
+
+    def _plan_prune(self, ctx, plan, keep):
+        """Remove the versions neither wanted, nor active, nor part of an upgrade under way:
+        their files and directory as the ledger records them, then their record."""
+        prefix = f"{self.artifact}/v"
+        for record in ctx.ledger.entries(step=self.name, kind=ARTIFACT_KIND):
+            old = record["id"][len(prefix):] if record["id"].startswith(prefix) else None
+            if old is None or old in keep:
+                continue
+            directory = version_dir(old)
+            entries = [e for e in ctx.ledger.entries(step=self.name)
+                       if e["kind"] in ("file", *tracked.DIR_KINDS)
+                       and (e["id"] == directory or e["id"].startswith(directory + "/"))]
+            why = f"kubernetes {old} is neither wanted nor active any more"
+            for action in tracked.plan_undo_paths(ctx, entries).actions:
+                plan.add(action.what, why, action.run)
+            plan.add(f"forget the record of kubernetes {old}", why,
+                     lambda i=record["id"]: ctx.ledger.forget(ARTIFACT_KIND, i))
 
 
 class CniPluginsStep(ArtifactStep):

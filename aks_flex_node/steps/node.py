@@ -92,7 +92,8 @@ class NodeReadyStep(Step):
     name = "node-ready"
     help = "wait until this node is registered and Ready"
     branch = ACTIVATE
-    needs = ("services",)
+    # After a kubelet upgrade (which itself waits for Ready at the new version, or switches back).
+    needs = ("services", "kubelet-upgrade")
     cloud = True  # its undo deletes the Node object from the cluster
 
     def check(self, ctx):

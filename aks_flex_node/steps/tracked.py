@@ -82,6 +82,23 @@ def write_tracked(ctx, step, path, content, mode, **extra):
     return host.write_file(path, content, mode)
 
 
+def link_tracked(ctx, step, path, target):
+    """Make `path` a symlink to the relative `target` and record it as `step`'s file (with
+    `link`); a file someone else had there is backed up first, as write_tracked does, and an
+    entry of ours keeps its backup. Returns what host.write_symlink changed."""
+    host = ctx.host
+    make_parents(ctx, step, path)
+    entry = ctx.ledger.get("file", path)
+    kept = {k: entry[k] for k in ("backup", "mode") if k in entry} if entry else {}
+    real = host.path(path)
+    if entry is None and os.path.isfile(real) and not os.path.islink(real):
+        backup = paths.backup_path(path)
+        host.write_file(backup, host.read_bytes(path), 0o600)
+        kept = {"backup": backup, "mode": stat.S_IMODE(os.stat(real).st_mode)}
+    ctx.ledger.replace(step, "file", path, link=target, **kept)
+    return host.write_symlink(path, target)
+
+
 def plan_dir(ctx, plan, step, path, mode=0o755, kind="dir"):
     """Create `path` when missing. kind "state_dir": a service's state directory, which
     undo removes with its content (the service we installed filled it)."""

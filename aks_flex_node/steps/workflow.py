@@ -21,6 +21,7 @@ from aks_flex_node.steps.agentpool import MachineStep
 from aks_flex_node.steps.arc import ArcStep
 from aks_flex_node.steps.cluster import ClusterStep, CredentialsStep
 from aks_flex_node.steps.kubelet import KubeletStep
+from aks_flex_node.steps.kubelet_upgrade import KubeletUpgradeStep
 from aks_flex_node.steps.kubernetes import CniConfigStep, CniPluginsStep, KubernetesBinariesStep
 from aks_flex_node.steps.node import NodeReadyStep, PropagationStep
 from aks_flex_node.steps.preflight import PreflightStep
@@ -33,7 +34,7 @@ from aks_flex_node.steps.tracked import LeftoverDirsStep
 STEP_CLASSES = (
     PreflightStep, ClusterStep, ArcStep, RolesStep, MachineStep, SystemStep, RuncStep, ContainerdBinariesStep,
     ContainerdConfigStep, KubernetesBinariesStep, CniPluginsStep, CniConfigStep, CredentialsStep,
-    KubeletStep, PropagationStep, ServicesStep, NodeReadyStep,
+    KubeletStep, PropagationStep, ServicesStep, KubeletUpgradeStep, NodeReadyStep,
 )
 PHASE_NAMES = tuple(cls.name for cls in STEP_CLASSES)
 PHASE_HELP = tuple((cls.name, cls.help) for cls in STEP_CLASSES)

@@ -37,6 +37,9 @@ A certificate that expires anyway sends it back to TLS bootstrap (the real kubel
 restarted). kubelet-status.json has auth (x509, token, exec), bootstrapped, cert_serial,
 cert_not_after and rotations.
 
+A version listed in $FAKE_KUBELET_FAIL_VERSIONS (comma-separated) exits 1 at start: a
+kubelet upgrade that does not come up (steps/kubelet_upgrade.py switches back).
+
 Unlike the real one it gives up (exit 1) once the apiserver has been unreachable for
 $FAKE_KUBELET_MAX_UNREACHABLE seconds (default 20) or its state directory is gone, so that a
 kubelet a test forgot to stop does not outlive the emulator.
@@ -622,6 +625,14 @@ def system_info():
             "kernelVersion": os.uname().release, "osImage": os_image, "kubeProxyVersion": ""}
 
 
+def node_info():
+    """status.nodeInfo as this kubelet reports it: at registration and in every status update
+    (kubernetes pkg/kubelet/nodestatus/setters.go VersionInfo), so a restarted kubelet of
+    another version shows its own version."""
+    return {"kubeletVersion": f"v{VERSION}", "operatingSystem": "linux", "architecture": "amd64",
+            "containerRuntimeVersion": "containerd://stand-in", **system_info()}
+
+
 def node_object(name, opts):
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
               "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
@@ -637,9 +648,7 @@ def node_object(name, opts):
             taint["value"] = value
         taints.append(taint)
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {},
-            "status": {"nodeInfo": {"kubeletVersion": f"v{VERSION}", "operatingSystem": "linux",
-                                    "architecture": "amd64", "containerRuntimeVersion": "containerd://stand-in",
-                                    **system_info()},
+            "status": {"nodeInfo": node_info(),
                        "conditions": [_ready("False", "KubeletNotReady", "kubelet is starting")]}}
     if taints:
         node["spec"]["taints"] = taints
@@ -726,7 +735,8 @@ def run(opts):
                 else:
                     raise KubeletError(f"unable to register node {name}: HTTP {code}: {(body or {}).get('message')}")
             if registered:
-                patch = {"status": {"conditions": [_ready("True", "KubeletReady", "kubelet is posting ready status")]}}
+                patch = {"status": {"nodeInfo": node_info(),
+                                    "conditions": [_ready("True", "KubeletReady", "kubelet is posting ready status")]}}
                 code, body = client.call("PATCH", f"/api/v1/nodes/{name}/status", patch,
                                          "application/strategic-merge-patch+json")
                 status["last_status"] = code
@@ -774,6 +784,11 @@ def main(argv):
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    if VERSION in os.environ.get("FAKE_KUBELET_FAIL_VERSIONS", "").split(","):
+        # A kubelet of a version that cannot start here (as one refusing a configuration
+        # field its version removed): it exits at once, and systemd's unit turns failed.
+        log(f"kubelet v{VERSION}: failing at start ($FAKE_KUBELET_FAIL_VERSIONS)")
+        return 1
     return run(parse_args(argv))
 
 

@@ -519,8 +519,9 @@ def agent_pool_cells():
 
 def all_cells():
     cells = [reference_cell()]
-    # These join in Arc mode, where the machine phase does not run (agent_pool_cells).
-    for phase in (p for p in PHASE_NAMES if p != "machine"):
+    # These join in Arc mode, where the machine phase does not run (agent_pool_cells); a join
+    # has no kubelet to upgrade (tests/integration/test_kubelet_upgrade.py cuts an upgrade short).
+    for phase in (p for p in PHASE_NAMES if p not in ("machine", "kubelet-upgrade")):
         for when in ("start", "middle"):
             cells.append(kill_cell(phase, when))
     # Each holds what its writes need 4 KiB pages of; `leave` is what the fault leaves free.

@@ -9,14 +9,18 @@ CACHEDIR.TAG was being written leaves the cache directory recorded as ours, unta
 the writer's temp file (host/fs.py names it .<name>.<pid>.<random>.tmp) next to it.
 """
 
+import hashlib
 import json
 import os
+import shutil
 
 from aks_flex_node import paths
 
 LEDGER = "/var/lib/aks-flex-node/ledger.json"
 CACHE = paths.DEFAULT_CACHE_DIR
 TAG = f"{CACHE}/{paths.CACHE_TAG_NAME}"
+KUBE_LIB = "/usr/local/lib/aks-flex-node/kubernetes"
+KUBE_DIR = KUBE_LIB + "/v1.30.4"
 DEAD_PID = 4194999  # above any pid_max (2^22, proc(5)): no such process
 
 
@@ -38,7 +42,7 @@ def planned(node, *args):
 
 def test_an_install_cut_short_is_installed_again(node):
     node.cli("bootstrap", check=True)
-    kubeadm, portmap = "/usr/local/bin/kubeadm", "/opt/cni/bin/portmap"
+    kubeadm, portmap = f"{KUBE_DIR}/kubeadm", "/opt/cni/bin/portmap"
     wanted = {path: node.read(path) for path in (kubeadm, portmap)}
     cut_short(node, kubeadm, portmap)
 
@@ -58,31 +62,84 @@ def test_an_install_cut_short_is_installed_again(node):
 
 def test_an_install_an_earlier_release_recorded_is_kept_without_a_restart(node):
     """An earlier release recorded each file, not the archive's list: after `apt upgrade`
-    its intact install is adopted, not installed again (which would restart the kubelet
-    and containerd and download the checksums)."""
+    its intact install is adopted, not installed again (which would restart containerd and
+    download the checksums). (The Kubernetes binaries' earlier layout: the test below.)"""
     node.cli("bootstrap", check=True)
+    single = {"runc", "containerd", "cni"}
     ledger = json.loads(node.read(LEDGER))
-    ledger["entries"] = [e for e in ledger["entries"] if e["kind"] != "artifact"]
+    ledger["entries"] = [e for e in ledger["entries"] if not (e["kind"] == "artifact" and e["id"] in single)]
     with open(node.path(LEDGER), "w") as f:
         json.dump(ledger, f)
-    assert not {"runc", "containerd", "kubernetes", "cni"} & set(planned(node))
-    assert not [e for e in json.loads(node.read(LEDGER))["entries"] if e["kind"] == "artifact"], \
+    assert not single & set(planned(node))
+    assert not single & {e["id"] for e in json.loads(node.read(LEDGER))["entries"] if e["kind"] == "artifact"}, \
         "a dry run writes nothing"
     proc, summary = node.cli_json("bootstrap")
     assert proc.returncode == 0, proc.stderr
     assert summary["owed"] == [] and not [p for p in summary["phases"] if p["changes"]], summary
     adopted = {e["id"] for e in json.loads(node.read(LEDGER))["entries"] if e["kind"] == "artifact"}
-    assert adopted == {"runc", "containerd", "kubernetes", "cni"}, adopted
+    assert adopted == single | {"kubernetes/v1.30.4"}, adopted
+
+
+def single_version_layout(node):
+    """Make the node as a release before the versioned directories left it: the three
+    binaries as files in /usr/local/bin, each recorded with its URL and sha256, and one
+    `kubernetes` record listing them; no /usr/local/lib/aks-flex-node."""
+    ledger = json.loads(node.read(LEDGER))
+    url = next(e["url"] for e in ledger["entries"] if e["kind"] == "artifact" and e["id"] == "kubernetes/v1.30.4")
+    entries, members = [], []
+    for entry in ledger["entries"]:
+        path = entry["id"]
+        if path.startswith(KUBE_LIB) or (entry["kind"] == "parent_dir" and KUBE_LIB.startswith(path + "/")
+                                          and path.startswith("/usr/local/lib")):
+            continue
+        if entry["kind"] == "artifact" and path == "kubernetes/v1.30.4":
+            entry = {"step": "kubernetes", "kind": "artifact", "id": "kubernetes", "url": url, "members": members}
+        elif entry["kind"] == "file" and path.startswith("/usr/local/bin/kube"):
+            data = node.read(f"{KUBE_DIR}/{os.path.basename(path)}")
+            os.remove(node.path(path))
+            with open(node.path(path), "wb") as f:
+                f.write(data)
+            os.chmod(node.path(path), 0o755)
+            members.append(path)
+            entry = {"step": "kubernetes", "kind": "file", "id": path, "artifact": "kubernetes",
+                     "artifact_url": url, "sha256": hashlib.sha256(data).hexdigest()}
+        entries.append(entry)
+    ledger["entries"] = entries
+    with open(node.path(LEDGER), "w") as f:
+        json.dump(ledger, f)
+    shutil.rmtree(node.path("/usr/local/lib/aks-flex-node"))
+
+
+def test_the_single_version_layout_is_moved_aside_without_a_download_or_a_restart(node):
+    node.cli("bootstrap", check=True)
+    single_version_layout(node)
+    node.emu.admin("DELETE", "requests")
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert summary["owed"] == [], "the same bytes: the running kubelet is that version"
+    changed = {p["name"] for p in summary["phases"] if p["status"] == "changed"}
+    assert changed == {"kubernetes"}, summary["phases"]
+    assert not [r for r in node.emu.requests() if "kubernetes-node" in r["path"]], "nothing downloaded"
+    assert os.readlink(node.path(f"{KUBE_LIB}/current")) == "v1.30.4"
+    assert os.readlink(node.path("/usr/local/bin/kubelet")) == "../lib/aks-flex-node/kubernetes/current/kubelet"
+    ids = {(e["kind"], e["id"]) for e in json.loads(node.read(LEDGER))["entries"]}
+    assert ("artifact", "kubernetes") not in ids and ("artifact", "kubernetes/v1.30.4") in ids
+    assert not [p for p in planned(node)], "converged"
+    before = node.files()
+    proc = node.cli("unbootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert not {p for p in before if p.startswith(("/usr/local/bin/kube", "/usr/local/lib/aks-flex-node"))} \
+        & node.files()
 
 
 def test_unbootstrap_removes_what_an_install_cut_short_wrote(node):
     before = node.files()
     node.cli("bootstrap", check=True)
-    cut_short(node, "/usr/local/bin/kubeadm")
+    cut_short(node, f"{KUBE_DIR}/kubeadm")
     proc, summary = node.cli_json("unbootstrap")
     assert proc.returncode == 0, proc.stderr + json.dumps(summary)
     assert not os.path.exists(node.path(LEDGER)), "the install's record was left in the ledger"
-    left = {p for p in node.files() - before if p.startswith(("/usr/local/bin", "/opt/cni", CACHE))}
+    left = {p for p in node.files() - before if p.startswith(("/usr/local/bin", "/usr/local/lib", "/opt/cni", CACHE))}
     assert not left, left
 
 

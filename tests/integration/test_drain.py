@@ -6,7 +6,6 @@ the workloads are put in through the emulator's admin API as the controllers wou
 them (tests/emulator/kube_pods.py).
 """
 
-import json
 import os
 import threading
 import time
@@ -201,16 +200,6 @@ def test_upgrade_refuses_a_skew_violation_naming_both_versions(joined, to, rule)
     assert proc.returncode == 3, proc.stderr
     assert f"kubelet {to}" in proc.stderr and "kube-apiserver 1.30.4" in proc.stderr and rule in proc.stderr
     assert changes(joined.emu) == []
-
-
-def test_upgrade_without_dry_run_is_refused_before_any_change(joined):
-    workloads(joined.emu, blocked=False)
-    proc, out = joined.cli_json("upgrade", "--to", "1.30.5")
-    assert proc.returncode == upgrade.EXIT_NOT_AVAILABLE == 69
-    assert out["error"] == "upgrade-not-available" and "nothing was changed" in out["message"]
-    assert changes(joined.emu) == []
-    assert "unschedulable" not in node_object(joined.emu)["spec"]
-    json.dumps(out)
 
 
 # -- unbootstrap drains before it deletes the Node ----------------------------------------

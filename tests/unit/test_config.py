@@ -94,6 +94,8 @@ EVERY_DEFAULT = {
     "api_server": "",
     "cluster_ca_file": "",
     "kubernetes_version": "",
+    "upgrade_window": "",
+    "upgrade_drain_timeout": 1800,
     "containerd_version": "2.0.4",
     "runc_version": "1.1.12",
     "cni_version": "1.5.1",

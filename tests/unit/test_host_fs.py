@@ -386,3 +386,37 @@ def test_under_umask_0_directories_and_files_get_exactly_their_modes(host):
                 "/etc/loose/b/public": 0o644, "/var/lib/loose": 0o755,
                 "/var/lib/loose/private": 0o700, "/var/lib/loose/shared": 0o755}
     assert {p: mode_of(host.path(p)) for p in expected} == expected
+
+
+# ---- links (the switch between two installed versions) ---------------------------------
+
+
+def test_write_symlink_creates_replaces_and_leaves_a_right_link_alone(host):
+    assert host.write_symlink("/opt/v/current", "v1") == "created"
+    assert os.readlink(host.path("/opt/v/current")) == "v1" and host.read_link("/opt/v/current") == "v1"
+    inode = os.lstat(host.path("/opt/v/current")).st_ino
+    assert host.write_symlink("/opt/v/current", "v1") is None
+    assert os.lstat(host.path("/opt/v/current")).st_ino == inode, "an unchanged link is not rewritten"
+    assert host.write_symlink("/opt/v/current", "v2") == "target"
+    assert host.read_link("/opt/v/current") == "v2"
+    assert sorted(os.listdir(host.path("/opt/v"))) == ["current"], "no temp link left"
+
+
+def test_write_symlink_replaces_a_file_and_refuses_a_directory_and_an_absolute_target(host):
+    host.write_file("/usr/local/bin/kubelet", b"old binary", 0o755)
+    assert host.write_symlink("/usr/local/bin/kubelet", "../lib/k/current/kubelet") == "target"
+    assert os.path.islink(host.path("/usr/local/bin/kubelet"))
+    host.ensure_dir("/opt/d")
+    with pytest.raises(HostFileError, match="it is a directory"):
+        host.write_symlink("/opt/d", "x")
+    with pytest.raises(ValueError, match="expected a relative path"):
+        host.write_symlink("/opt/x", "/etc/passwd")
+    assert host.read_link("/usr/local/bin") is None and host.read_link("/nowhere/x") is None
+
+
+def test_a_link_a_killed_writer_left_is_removed_by_the_next_write(host):
+    host.ensure_dir("/opt/v")
+    stale = host.path("/opt/v/.current.4194999.abcd.tmp")  # no such pid (above pid_max)
+    os.symlink("v0", stale)
+    host.write_symlink("/opt/v/current", "v1")
+    assert not os.path.lexists(stale)

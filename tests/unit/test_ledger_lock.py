@@ -46,6 +46,19 @@ def test_ledger_record_updates_extras_and_forget(host):
     assert not os.path.exists(host.path(LEDGER_PATH))
 
 
+def test_ledger_replace_drops_fields_not_given_and_keeps_the_undo_order(host):
+    ledger = Ledger(host)
+    ledger.record("kubernetes", "file", "/usr/local/bin/kubelet", artifact_url="u", sha256="a", backup="/b")
+    ledger.record("kubernetes", "file", "/usr/local/bin/kubectl")
+    ledger.replace("kubernetes", "file", "/usr/local/bin/kubelet", link="../lib/k/current/kubelet", backup="/b")
+    entries = Ledger(host).entries()
+    assert [e["id"] for e in entries] == ["/usr/local/bin/kubelet", "/usr/local/bin/kubectl"]
+    assert entries[0] == {"step": "kubernetes", "kind": "file", "id": "/usr/local/bin/kubelet",
+                          "link": "../lib/k/current/kubelet", "backup": "/b"}
+    ledger.replace("kubelet-upgrade", "kubelet_upgrade", "kubelet", phase="drain", cordoned=True)
+    assert Ledger(host).get("kubelet_upgrade", "kubelet")["cordoned"] is True
+
+
 def test_lock_is_exclusive_and_names_the_holder(host, tmp_path):
     # A second process holds the lock; we must be refused with its pid.
     script = (

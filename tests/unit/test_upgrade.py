@@ -65,8 +65,8 @@ def test_check_target(current, target, apiserver, needed, refused):
 
 
 def test_the_plan_names_every_stage_in_order():
-    steps = upgrade.plan_steps("n1", V("1.29.3", "c"), V("1.30.4", "t"), 60)
-    words = ["cordon", "drain", "install kubelet 1.30.4", "switch", "restart", "Ready", "uncordon", "switch back to 1.29.3"]
+    steps = upgrade.plan_steps("n1", V("1.29.3", "c"), V("1.30.4", "t"), 60, 300)
+    words = ["install kubelet 1.30.4", "cordon", "drain", "switch", "restart", "Ready", "uncordon", "switch back to 1.29.3"]
     assert [next(i for i, s in enumerate(steps) if w in s) for w in words] == list(range(len(words)))
 
 
