@@ -87,7 +87,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             finished=st.now_iso(result.finished),
             duration_s=round(result.finished - result.started, 3), exit_code=int(code),
             error=_error_dict(result.error), phases=phases, dry_run=dry_run,
-            owed=[o.to_dict() for o in ctx.obligations()])
+            owed=[o.to_dict() for o in ctx.obligations()], kubelet=_kubelet_summary(host, ledger))
         if not dry_run:
             if result.ok or ledger.entries():
                 joined = dict(_identity(cfg), subscription_id=cfg.subscription_id,
@@ -137,6 +137,17 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
             status_file.write(summary)
             status_file.complete()
         return result, summary
+
+
+def _kubelet_summary(host, ledger):
+    """The active kubelet version, and the upgrade under way or the last one that failed."""
+    from aks_flex_node.steps.kubernetes import UPGRADE_ID, UPGRADE_KIND, active_version
+
+    out = {"active": active_version(host)}
+    record = ledger.get(UPGRADE_KIND, UPGRADE_ID)
+    if record is not None:
+        out["upgrade"] = {k: record[k] for k in ("from", "to", "phase", "why") if k in record}
+    return out
 
 
 def _mark_running(status_file, base):

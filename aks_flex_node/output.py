@@ -45,6 +45,15 @@ def print_status(status, pending):
     for key in ("cluster_resource_id", "machine_name", "started", "finished", "duration_s"):
         if status.get(key) is not None:
             print(f"{key}: {status[key]}")
+    kubelet = status.get("kubelet") or {}
+    if kubelet.get("active"):
+        upgrade = kubelet.get("upgrade")
+        line = f"kubelet: {kubelet['active']}"
+        if upgrade and upgrade.get("phase") == "failed":
+            line += f"; the upgrade to {upgrade.get('to')} failed: {upgrade.get('why')}"
+        elif upgrade:
+            line += f"; upgrade to {upgrade.get('to')} under way ({upgrade.get('phase')} step)"
+        print(line)
     for phase in status.get("phases", []):
         took = f"{phase['duration_s']:6.1f}s" if phase.get("duration_s") is not None else ""
         print(f"  {phase['name']:<18} {phase['status']:<10} {took:>7}  {phase.get('message', '')}")

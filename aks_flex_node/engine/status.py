@@ -43,7 +43,9 @@ STATUS_SHAPE = Obj(required={"state": TEXT}, optional={
         "message": TEXT, "duration_s": NUMBER, "changes": ListOf(_ITEM),
         "unknown": ListOf(Obj(required={"what": TEXT, "reason": TEXT}))})),
     "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),
-    "leftovers": ListOf(TEXT), "kept": ListOf(TEXT)})
+    "leftovers": ListOf(TEXT), "kept": ListOf(TEXT),
+    "kubelet": Obj(optional={"active": _MAYBE_TEXT, "upgrade": Obj(optional={
+        "from": TEXT, "to": TEXT, "phase": TEXT, "why": TEXT})})})
 
 
 def now_iso(ts=None):

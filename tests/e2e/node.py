@@ -36,7 +36,8 @@ APT_OPTS = ("-y", "-q", "-o", "Dpkg::Use-Pty=0", "-o", "APT::Color=0")
 # Where a purge must leave nothing of ours; the rest of the file list is compared too.
 OURS = ("/etc/aks-flex-node", "/var/lib/aks-flex-node", "/var/cache/aks-flex-node", "/usr/share/aks-flex-node",
         "/etc/systemd/system/kubelet.service", "/etc/systemd/system/containerd.service",
-        "/usr/local/bin/kubelet", "/usr/local/bin/containerd", "/usr/local/bin/runc", "/opt/cni/bin")
+        "/usr/local/bin/kubelet", "/usr/local/bin/containerd", "/usr/local/bin/runc", "/opt/cni/bin",
+        "/usr/local/lib/aks-flex-node")
 
 
 def preseed_answers(cluster_id=C.CLUSTER_ID, machine_name=MACHINE_NAME, on_join_failure="retry-in-background",

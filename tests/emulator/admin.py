@@ -8,6 +8,8 @@ POST /himds/bind       {"machine_id": ...}: this host's HIMDS now serves that ma
 POST /himds/unbind     forget it (the machine, if any, turns Disconnected as its heartbeat stops)
 POST /clusters         {"name", "resource_group", ["subscription", "kubernetes_version", "location",
                         "azure_rbac", "local_accounts"]}: add a cluster with its own apiserver
+POST /clusters/upgrade {"cluster_id", "kubernetes_version"}: the control plane moves to that version
+                       (`az aks upgrade --control-plane-only`): ARM's kubernetesVersion and /version
 POST /resourcegroups   {"name", ["subscription", "location"]}
 POST /agentpools       {"cluster_id", "name", ["type", "mode", "max_pods", "labels", "taints"]}: add an
                        agent pool (type FlexNodes or VirtualMachineScaleSets)
@@ -137,6 +139,8 @@ def handle(app, req):
         return Response.json(200, {"bound_machine": None, "was": bound})
     if route == "clusters" and method == "POST":
         return _add_cluster(app, _object(req))
+    if route == "clusters/upgrade" and method == "POST":
+        return _upgrade_control_plane(state, _object(req))
     if route == "agentpools" and method == "POST":
         return _add_agent_pool(app, _object(req))
     if route == "resourcegroups" and method == "POST":
@@ -210,6 +214,28 @@ def _add_cluster(app, body):
                            azure_rbac=body.get("azure_rbac", True), local_accounts=body.get("local_accounts", True))
     url = app.ensure_apiserver(cl["id"])
     return Response.json(201, {"id": cl["id"], "apiserver": url})
+
+
+def _upgrade_control_plane(state, body):
+    """`az aks upgrade --control-plane-only`: the cluster's kubernetesVersion (ARM) and its API
+    server's /version move to `kubernetes_version`. As AKS: no downgrade, and no minor version
+    skipped (Learn, "Upgrade an Azure Kubernetes Service (AKS) cluster": "Kubernetes minor
+    versions can't be skipped")."""
+    cl = state.cluster(body.get("cluster_id") if isinstance(body.get("cluster_id"), str) else None)
+    if cl is None:
+        raise _bad(f"cluster_id = {body.get('cluster_id')!r}: expected the resource ID of an existing cluster")
+    version = body.get("kubernetes_version")
+    parts = version.split(".") if isinstance(version, str) else []
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise _bad(f"kubernetes_version = {version!r}: expected MAJOR.MINOR.PATCH such as '1.31.2'")
+    old = tuple(int(p) for p in cl["kubernetes_version"].split("."))
+    new = tuple(int(p) for p in parts)
+    if new < old or new[0] != old[0] or new[1] - old[1] > 1:
+        raise _bad(f"kubernetes_version = {version!r}: the control plane runs {cl['kubernetes_version']}; "
+                   "an upgrade goes to a newer version of the same or the next minor")
+    cl["kubernetes_version"] = version
+    state.mark_dirty()
+    return Response.json(200, {"id": cl["id"], "kubernetes_version": version})
 
 
 def _add_agent_pool(app, body):

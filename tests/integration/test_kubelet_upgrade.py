@@ -113,6 +113,10 @@ def test_a_kubelet_that_does_not_come_ready_is_switched_back(joined):
     record = upgrade_record(joined)
     assert record["phase"] == "failed" and record["to"] == "1.30.5" and "was not Ready" in record["why"]
     assert json.loads(joined.read(LEDGER))["owed"] == [], "the restarts were paid"
+    shown = joined.cli("status", check=True).stdout
+    assert "kubelet: 1.30.4; the upgrade to 1.30.5 failed: kubelet 1.30.5 was not Ready" in shown, shown
+    status = json.loads(joined.cli("status", "--json", check=True).stdout)
+    assert status["kubelet"]["active"] == "1.30.4" and status["kubelet"]["upgrade"]["phase"] == "failed"
 
 
 def test_a_failed_version_is_not_tried_again_by_bootstrap_but_by_upgrade(joined):
@@ -219,3 +223,63 @@ def test_a_binary_changed_behind_our_back_is_found_though_its_size_and_mtime_are
     fingerprints = [e for e in json.loads(joined.read(LEDGER))["entries"]
                     if e["kind"] == "file" and e["id"].startswith(f"{KUBE_LIB}/v1.30.4/")]
     assert len(fingerprints) == 3 and all(len(e["fingerprint"]) == 4 for e in fingerprints)
+
+
+def test_following_the_cluster_the_agent_upgrades_after_the_control_plane(joined):
+    """kubernetes_version empty: after `az aks upgrade --control-plane-only` to 1.31.2 (the
+    emulator's admin stands in for it), the agent's next full pass moves the node there."""
+    from tests.emulator import constants as C
+
+    joined.emu.admin("POST", "clusters/upgrade", {"cluster_id": C.CLUSTER_ID, "kubernetes_version": "1.31.2"})
+    proc, plan = joined.cli_json("upgrade", "--dry-run")
+    assert plan["needed"] is True and plan["target"] == "1.31.2" and plan["kubelet"] == "1.30.4", plan
+    proc = joined.cli("agent", "--once")
+    assert kubelet_version(joined) == "v1.31.2", proc.stderr[-3000:]
+    assert link(joined, CURRENT) == "v1.31.2"
+    assert "unschedulable" not in node_object(joined.emu)["spec"]
+
+
+def bootstrap_killed_when(node, reached, timeout=60):
+    """Start `bootstrap`, kill -9 it once `reached()` is true; the exit status."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "aks_flex_node", "bootstrap", "--root", node.root],
+                            env=node.env, cwd=harness.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if reached():
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        return proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def phase_recorded(node, phase):
+    def reached():
+        try:
+            record = upgrade_record(node)
+        except (OSError, ValueError):
+            return False
+        return record is not None and record.get("phase") == phase
+    return reached
+
+
+@pytest.mark.parametrize("phase", ["drain", "switch"])
+def test_kill_9_during_an_upgrade_is_finished_by_the_next_run(joined, phase):
+    workloads(joined.emu, blocked=False)
+    reconfigure(joined, node_ready_timeout=15, kubernetes_version="1.30.5")
+    assert bootstrap_killed_when(joined, phase_recorded(joined, phase)) == -9
+    assert upgrade_record(joined)["phase"] == phase, "killed inside the upgrade"
+    proc = joined.cli("bootstrap")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert kubelet_version(joined) == "v1.30.5" and link(joined, CURRENT) == "v1.30.5"
+    assert "unschedulable" not in node_object(joined.emu)["spec"], "the cordon of the killed run was lifted"
+    assert upgrade_record(joined) is None and json.loads(joined.read(LEDGER))["owed"] == []
+    assert not {"default/web-1", "default/api-1"} & pods(joined.emu)
