@@ -73,3 +73,25 @@ def test_upgrade_moves_the_kubelet_from_1_30_to_1_31_under_systemd(node, mirror,
     node.apt_get("purge", "aks-flex-node")
     assert not node.c.path("/usr/local/lib/aks-flex-node").exists()
     assert not node.c.path("/usr/local/bin/kubelet").exists() and not node.c.path("/usr/local/bin/kubelet").is_symlink()
+
+
+def test_dpkg_reconfigure_with_a_new_version_upgrades_the_same_way(node, mirror):
+    """The operator pins the new version in the file (which wins over debconf's answer) and
+    runs dpkg-reconfigure: the postinst's bootstrap does the upgrade, no leave and rejoin."""
+    emu = node.emulator
+    apt = n.install_joined(node, mirror)
+    assert apt.returncode == 0, apt.stderr[-5000:]
+    n.wait_for_state(node)
+    [machine] = n.arc_machines(emu)
+    put(emu, pod("web-1", "ReplicaSet", "web-5d4f"))
+    emu.admin("POST", "clusters/upgrade", {"cluster_id": C.CLUSTER_ID, "kubernetes_version": "1.31.2"})
+    node.set_conf_value("kubernetes_version", "1.31.2")
+    reconf = node.c.run(["dpkg-reconfigure", "-fnoninteractive", "aks-flex-node"], timeout=900, check=False)
+    assert reconf.returncode == 0, reconf.stderr[-5000:]
+    assert "leaving" not in reconf.stderr, "a version change is no new join"
+    registered = n.cluster_nodes(emu)[n.MACHINE_NAME]
+    assert registered["status"]["nodeInfo"]["kubeletVersion"] == "v1.31.2" and n.is_ready(registered)
+    assert not registered["spec"].get("unschedulable")
+    assert "default/web-1" not in emu.state()["kube_objects"][C.CLUSTER_ID.lower()]["pods"]
+    assert [m["id"] for m in n.arc_machines(emu)] == [machine["id"]], "the same Arc machine"
+    assert node.debconf_get("kubernetes_version") == "1.31.2"
