@@ -373,13 +373,23 @@ def parse_ignored(value):
     return names
 
 
+def _finding(check, ctx):
+    try:
+        return check(ctx)
+    except Exception as exc:  # a check that cannot run says so; it does not crash preflight
+        return Finding(WARNING, f"could not check: {getattr(exc, 'message', None) or exc}")
+
+
 def run_checks(ctx, ignored=()):
+    """Every check, at once: each only reads, and most of the time goes to waiting on an
+    endpoint (HIMDS, ARM, the API server), so the whole costs about the slowest check. The
+    results keep CHECKS' order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(CHECKS), thread_name_prefix="preflight") as pool:
+        findings = list(pool.map(lambda item: _finding(item[1], ctx), CHECKS))
     results = []
-    for name, check in CHECKS:
-        try:
-            finding = check(ctx)
-        except Exception as exc:  # a check that cannot run says so; it does not crash preflight
-            finding = Finding(WARNING, f"could not check: {getattr(exc, 'message', None) or exc}")
+    for (name, _check), finding in zip(CHECKS, findings):
         if finding is None:
             results.append(Result(name, "pass"))
         elif finding.severity == ERROR and (name in ignored or "all" in ignored):
