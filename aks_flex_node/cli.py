@@ -181,8 +181,8 @@ def build_parser(command=ALL):
     common = _Parser(add_help=False)
     _common(common)
     parser = _Parser(prog="aks-flex-node", parents=[common],
-                     description="Join this machine to an AKS cluster through Azure Arc, "
-                     "and take it out again.")
+                     description="Join this machine to an AKS cluster (through Azure Arc, a FlexNodes "
+                     "agent pool or a bootstrap token), keep it current, and take it out again.")
     # prog given: else argparse formats a usage line to make the commands' (importing shutil).
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, prog="aks-flex-node")
     sub.required = True
