@@ -144,8 +144,12 @@ def carry_on(ctx, record, client=None):
     if record["phase"] == SWITCH:
         try:
             _switch_and_wait(ctx, client, target)
-        except TemporaryError as err:
-            record.update(phase=ROLLBACK, why=f"kubelet {target} was not Ready: {err.message}")
+        except FlexNodeError as err:
+            # Whatever stopped the new version (not Ready in time, a failed restart), the
+            # old one is the state known to work: back to it.
+            why = f"kubelet {target} was not Ready: {err.message}" if isinstance(err, TemporaryError) \
+                else f"switching to kubelet {target} failed: {err.message}"
+            record.update(phase=ROLLBACK, why=why)
             _save(ctx, **_fields(record))
         else:
             _finish(ctx, client, record)
@@ -154,7 +158,7 @@ def carry_on(ctx, record, client=None):
     back = "Ready again"
     try:
         _switch_and_wait(ctx, client, previous)
-    except TemporaryError as err:
+    except FlexNodeError as err:
         back = f"not Ready either ({err.message})"
     _finish(ctx, client, record)
     record["phase"] = FAILED
