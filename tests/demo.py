@@ -3,7 +3,8 @@
 Everything runs on this machine: the emulator stands in for Azure (ARM, Entra ID, HIMDS, the
 cluster's API server and the release artifacts) on loopback, the node is a directory
 (./build/demo-library/node) and the host commands are stand-ins (tests/fakes/bin). Nothing outside
-./build/demo-library is changed.
+./build/demo-library is changed. It ends with `kubectl get nodes -o wide` (this machine's kubectl)
+against the emulated cluster, with the node's own kubeconfig: its exec plugin is our `token`.
 """
 
 import os
@@ -19,6 +20,20 @@ DEMO_DIR = os.path.join(harness.REPO, "build", "demo-library")
 
 def banner(text):
     print(f"\n\033[1m== {text}\033[0m" if sys.stdout.isatty() else f"\n== {text}", flush=True)
+
+
+def kubectl_get_nodes(kubeconfig, shown, env, home):
+    """`kubectl get nodes -o wide` with `kubeconfig` (shown as `shown`), its table on this terminal
+    as kubectl prints it. kubectl's exit code; None when this machine has no kubectl (said so).
+    Shared with `make demo` (tests/e2e/demo.py)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        print("no kubectl on this machine's PATH: skipped (https://kubernetes.io/docs/tasks/tools/)", flush=True)
+        return None
+    print(f"$ KUBECONFIG={shown} kubectl get nodes -o wide", flush=True)
+    # HOME: kubectl keeps its discovery cache in ~/.kube/cache; `home` keeps it in the demo's directory.
+    return subprocess.run([kubectl, "get", "nodes", "-o", "wide"], env=dict(env, KUBECONFIG=kubeconfig, HOME=home),
+                          timeout=120).returncode
 
 
 def run(node, *args):
@@ -79,6 +94,12 @@ def main():
         print("  cat build/demo-library/host/fake-state/calls.jsonl              # every host command run")
         print("  PYTHONPATH=. python3 -m aks_flex_node status --root build/demo-library/node")
         print("clean up: rm -rf build/demo-library (the emulator and the stand-in kubelet are already stopped)")
+        banner("the cluster, through kubectl and the node's own kubeconfig (exec plugin: aks-flex-node token)")
+        shown = kubectl_get_nodes(node.path("/var/lib/kubelet/kubeconfig"),
+                                  "build/demo-library/node/var/lib/kubelet/kubeconfig", node.env, DEMO_DIR)
+        if shown not in (None, 0):
+            print(f"demo-library: kubectl get nodes exited {shown}", file=sys.stderr)
+            status = status or shown
     finally:
         stop_fake_units(fake.state_dir)
         emu.stop()

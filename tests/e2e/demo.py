@@ -12,13 +12,18 @@ published, preseeds the debconf answers, installs the Arc agent (its stand-in), 
 `apt-get install aks-flex-node` with its output on the terminal (the join, phase by
 phase, comes from the postinst), and shows the
 node from inside (systemd, `aks-flex-node status`) and from Azure's side. Then it leaves
-the node and the services running to look around, and says how to end them: `down`.
+the node and the services running to look around, says how to end them (`down`), and ends
+with `kubectl get nodes -o wide` (this machine's kubectl) as the cluster's operator runs it:
+with the kubeconfig `az aks get-credentials` gives (listClusterUserCredential), signed in as
+the operator service principal.
 
 Everything lives under --dir: services.json and services.log (the background process),
-emulator/ (its state), node/ (the container's overlay and pid files).
+emulator/ (its state), node/ (the container's overlay and pid files), operator.kubeconfig
+(0600: it holds the operator's token) and kubectl/ (kubectl's cache).
 """
 
 import argparse
+import base64
 import json
 import os
 import pathlib
@@ -28,9 +33,13 @@ import shutil
 import sys
 import time
 import types
+import uuid
+
+import yaml
 
 from aks_flex_node.azure import roles
 from aks_flex_node.paths import PENDING as PENDING_MARKER
+from tests.demo import kubectl_get_nodes
 from tests.e2e import container as ct
 from tests.e2e import node as n
 from tests.e2e.repository import Repo
@@ -42,6 +51,8 @@ MACHINE_NAME = "demo-node-1"
 HOSTNAME = "demo-node"
 SERVICES_TIMEOUT = 120
 UNITS = ("himdsd", "containerd", "kubelet", "aks-flex-node-agent")
+OPERATOR_KUBECONFIG = "operator.kubeconfig"
+RBAC_WAIT = 60
 ROLE_NAMES = {role.guid: role.name for role in (roles.READER, roles.AKS_RBAC_CLUSTER_ADMIN,
                                                 roles.AKS_CLUSTER_ADMIN_ROLE, roles.AKS_FLEX_NODE_AGENT)}
 
@@ -238,8 +249,75 @@ def up(directory, repo_dir):
     dpkg-reconfigure aks-flex-node          re-ask and rejoin
     apt-get remove aks-flex-node            unjoin (then: make demo-azure)
     apt-get purge aks-flex-node             nothing of ours left
+  KUBECONFIG={_shown(directory / OPERATOR_KUBECONFIG)} kubectl get nodes -o wide   the operator's view (an hour's token)
 clean up: make demo-clean   (powers the node off, stops the emulator, removes {_shown(directory)})""")
+
+    banner("the cluster, as its operator sees it")
+    kubeconfig = operator_kubeconfig(emulator, directory)
+    env = ct.system_env(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    wait_authorized(kubeconfig, env, directory / "kubectl")
+    rc = kubectl_get_nodes(str(kubeconfig), _shown(kubeconfig), env, str(directory / "kubectl"))
+    if rc not in (None, 0):
+        raise DemoError(f"kubectl get nodes -o wide exited {rc}")
     return 0
+
+
+# ---- the operator's kubeconfig -----------------------------------------------------------------
+
+def operator_kubeconfig(emulator, directory):
+    """The kubeconfig an operator holds after `az aks get-credentials` and kubelogin's service
+    principal login, as the operator SP (Owner on the subscription); written 0600 in `directory`.
+
+    listClusterUserCredential gives an Azure RBAC cluster's user kubeconfig: no secret, its user
+    an exec of kubelogin (Azure/kubelogin docs/book/src/concepts/aks.md). kubelogin is not on
+    this machine, so we do what its `--login spn` does (docs/book/src/concepts/login-modes/sp.md)
+    and put the result in the user entry: a client-credentials token of the SP for the AKS server
+    application. Owner has no Kubernetes data actions: the operator first gives itself a role that
+    has them, "Azure Kubernetes Service RBAC Cluster Admin" at the cluster (Learn, "Use Azure RBAC
+    for Kubernetes Authorization": https://learn.microsoft.com/azure/aks/manage-azure-rbac), the
+    built-in role with data actions that the emulator models."""
+    say(f"$ az role assignment create --role 'Azure Kubernetes Service RBAC Cluster Admin' "
+        f"--assignee {C.SP_CLIENT_ID} --scope {C.CLUSTER_ID}")
+    assignment = f"{C.CLUSTER_ID}/providers/Microsoft.Authorization/roleAssignments/{uuid.uuid4()}"
+    definition = (f"/subscriptions/{C.SUBSCRIPTION_ID}/providers/Microsoft.Authorization/roleDefinitions/"
+                  f"{roles.AKS_RBAC_CLUSTER_ADMIN.guid}")
+    status, _, body = emulator.arm_call("PUT", assignment, C.AUTHORIZATION_API, {"properties": {
+        "roleDefinitionId": definition, "principalId": C.SP_OBJECT_ID, "principalType": "ServicePrincipal"}})
+    if status not in (200, 201):
+        raise DemoError(f"the operator's role assignment failed: HTTP {status}: {body}")
+    path = directory / OPERATOR_KUBECONFIG
+    say(f"$ az aks get-credentials --resource-group {C.CLUSTER_RG} --name {C.CLUSTER_NAME} "
+        f"--file {_shown(path)}; kubelogin convert-kubeconfig --login spn --kubeconfig {_shown(path)}")
+    status, _, body = emulator.arm_call("POST", f"{C.CLUSTER_ID}/listClusterUserCredential",
+                                        C.CONTAINERSERVICE_API_CURRENT)
+    if status != 200:
+        raise DemoError(f"listClusterUserCredential failed: HTTP {status}: {body}")
+    config = yaml.safe_load(base64.b64decode(body["kubeconfigs"][0]["value"]))
+    user = config["users"][0]["user"]
+    if "exec" not in user:
+        raise DemoError(f"listClusterUserCredential's kubeconfig has no kubelogin exec: {sorted(user)}")
+    config["users"][0]["user"] = {"token": emulator.arm_token(scope=f"{C.AKS_SERVER_APP_ID}/.default")}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a kubeconfig left by an earlier run keeps its mode otherwise
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(config, f, default_flow_style=False)
+    return path
+
+
+def wait_authorized(kubeconfig, env, home, timeout=RBAC_WAIT):
+    """Until the operator's new role has reached the API server (`kubectl auth can-i list nodes`),
+    as an operator waits out Azure RBAC's propagation."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return
+    env = dict(env, KUBECONFIG=str(kubeconfig), HOME=str(home))
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = subprocess.run([kubectl, "auth", "can-i", "list", "nodes"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        if proc.stdout.strip() == "yes" or time.monotonic() > deadline:
+            return
+        time.sleep(1)
 
 
 def apt_install(box, package):

@@ -1,6 +1,7 @@
 """`make demo`, the README's first command: `up` leaves a joined node and the emulator
 running, `shell` and `azure` look at them, `down` leaves nothing behind."""
 
+import shutil
 import subprocess
 import sys
 
@@ -35,6 +36,12 @@ def test_demo_joins_a_node_leaves_it_running_and_cleans_up(base, repo, tmp_path)
         assert "state: succeeded (bootstrap)" in up.stdout
         assert "node          demo-node-1 in aks-one: Ready" in up.stdout
         assert "make demo-clean" in up.stdout
+        # It ends with the operator's view: kubectl's own table (when this machine has kubectl).
+        if shutil.which("kubectl"):
+            table = up.stdout.split(" kubectl get nodes -o wide\n")[-1].splitlines()
+            assert table[0].split()[:2] == ["NAME", "STATUS"], up.stdout[-2000:]
+            assert table[1].split()[:2] == ["demo-node-1", "Ready"], up.stdout[-2000:]
+            assert (directory / "operator.kubeconfig").stat().st_mode & 0o777 == 0o600
         # The preseed is shown without its secret.
         assert "aks-flex-node/sp_client_secret password ********" in up.stdout
         assert C.SP_CLIENT_SECRET not in up.stdout + up.stderr

@@ -1,6 +1,8 @@
 """The admin API under /_emulator (HTTPS, no auth): what tests use to look and to steer.
 
-GET  /state            machines, role assignments, nodes, clusters, token counts, request log...
+GET  /state            machines, role assignments, nodes, clusters, token counts, request log...;
+                       nodes and CSRs with the emulator's bookkeeping keys (_registeredBy,
+                       _authenticatedBy) that API answers never carry
 POST /faults           append fault rules (see faults.py); DELETE /faults clears them
 POST /reset            back to the profile's initial world (tokens and ports survive)
 GET|POST /settings     read / change runtime settings (see profiles.SETTINGS)
@@ -67,6 +69,8 @@ def snapshot(app):
             "machines": [dict(m) for m in d["machines"].values()],
             "role_assignments": [dict(a) for a in d["role_assignments"].values()],
             "nodes": {cl["name"]: list(d["nodes"].get(cl["id"].lower(), {}).values()) for cl in d["clusters"].values()},
+            "csrs": {cl["name"]: list(d.get("csrs", {}).get(cl["id"].lower(), {}).values())
+                     for cl in d["clusters"].values()},
             "tokens": {"issued": len(tokens), "by_audience": by_audience, "by_source": by_source},
             "himds": {"bound_machine": d["himds"]["bound_machine"], "challenges": d["himds"]["challenges"],
                       "tokens_issued": d["himds"]["tokens_issued"], "outstanding_keys": len(d["himds"]["keys"]),

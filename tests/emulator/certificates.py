@@ -6,8 +6,11 @@ PUT .../{name}/approval (what `kubectl certificate approve|deny` sends). No watc
 
 The server, not the client, fills spec.username, spec.groups and spec.uid from the
 authenticated caller (pkg/registry/certificates/certificates/strategy.go PrepareForCreate) and
-clears any status sent. Created CSRs are recorded with "_authenticatedBy" (how the requester
-authenticated), visible in the CSR and in state.json.
+clears any status sent. A created CSR also records how its requester authenticated
+("_authenticatedBy": x509, bootstrap-token, static-token or azure-token; the approver's
+SubjectAccessReview needs it): emulator bookkeeping, kept in the stored object (state.json,
+/_emulator/state "csrs") and stripped from every API answer (`public`), as apiserver.py does
+for Nodes, so that answers carry only fields of the v1 CertificateSigningRequest schema.
 
 The controllers run synchronously: right after a create, and over every CSR of the cluster on
 each GET or LIST (so a CSR left Pending is approved once `csr_auto_approve` is turned on, and
@@ -85,6 +88,11 @@ _BACKDATE = datetime.timedelta(minutes=5)
 
 # -- the API --------------------------------------------------------------------------------
 
+def public(csr):
+    """A CSR as the API shows it: without the emulator's bookkeeping keys ("_authenticatedBy")."""
+    return {k: v for k, v in csr.items() if not k.startswith("_")}
+
+
 def _store(state, cl):
     return state.data.setdefault("csrs", {}).setdefault(cl["id"].lower(), {})
 
@@ -109,7 +117,7 @@ def handle(app, cl, user, req, segments):
     if verb == "create":
         csr = _create(app, cl, user, csrs, req)
         reconcile(app, cl, [csr])
-        return Response.json(201, csr)
+        return Response.json(201, public(csr))
     reconcile(app, cl, list(csrs.values()))
     if verb == "list":
         field = req.q("fieldSelector") or ""
@@ -119,13 +127,13 @@ def handle(app, cl, user, req, segments):
         items = [x for n, x in sorted(csrs.items()) if wanted is None or n == wanted]
         return Response.json(200, {"kind": f"{KIND}List", "apiVersion": GROUP_VERSION,
                                    "metadata": {"resourceVersion": str(app.state.data["resource_version"])},
-                                   "items": items})
+                                   "items": [public(x) for x in items]})
     csr = csrs.get(name)
     if csr is None:
         raise status(404, "NotFound", f'{RESOURCE}.{GROUP} "{name}" not found',
                      {"name": name, "group": GROUP, "kind": RESOURCE})
     if verb == "get":
-        return Response.json(200, csr)
+        return Response.json(200, public(csr))
     if verb == "delete":
         del csrs[name]
         app.state.mark_dirty()
@@ -133,7 +141,7 @@ def handle(app, cl, user, req, segments):
                                    "details": {"name": name, "group": GROUP, "kind": RESOURCE,
                                                "uid": csr["metadata"]["uid"]}})
     _set_approval(app, cl, csr, req)
-    return Response.json(200, csr)
+    return Response.json(200, public(csr))
 
 
 def _invalid(name, problems):
@@ -236,7 +244,7 @@ def _create(app, cl, user, csrs, req):
            "metadata": {"name": name, "uid": str(uuid.uuid4()), "creationTimestamp": iso_seconds(time.time()),
                         "resourceVersion": app.state.next_resource_version()},
            "spec": new_spec, "status": {},
-           "_authenticatedBy": user.kind}  # emulator bookkeeping
+           "_authenticatedBy": user.kind}  # bookkeeping: `public` strips it from answers
     csrs[name] = csr
     app.state.mark_dirty()
     return csr

@@ -112,6 +112,11 @@ def boot(fresh_emulator):
     return KubeClient(fresh_emulator, token=token), token
 
 
+def stored(emu, name, cluster=C.CLUSTER_NAME):
+    """The emulator's own record of CSR `name` (with its bookkeeping keys), from /_emulator/state."""
+    return {c["metadata"]["name"]: c for c in emu.state()["csrs"][cluster]}[name]
+
+
 def _ca(emu):
     with open(emu.ca_bundle, "rb") as f:
         return x509.load_pem_x509_certificate(f.read())
@@ -144,7 +149,7 @@ def test_bootstrap_csr_is_approved_and_signed_by_the_cluster_ca(fresh_emulator, 
     assert "system:bootstrappers" in created["spec"]["groups"]
     assert "system:bootstrappers:aks-flex-node" in created["spec"]["groups"]
     assert "system:masters" not in created["spec"]["groups"]
-    assert created["_authenticatedBy"] == "bootstrap-token"
+    assert stored(fresh_emulator, "node-csr-1")["_authenticatedBy"] == "bootstrap-token"
     approved = conditions(created)["Approved"]
     assert approved["status"] == "True" and approved["reason"] == "AutoApproved"
     assert approved["message"] == "Auto approving kubelet client certificate after SubjectAccessReview."
@@ -289,7 +294,7 @@ def test_a_node_renews_its_own_certificate_but_not_another_nodes(fresh_emulator)
     node, _ = node_client(fresh_emulator, "n1")
     status, renewed = node("POST", CSRS, csr_object(make_csr("system:node:n1")[0]))
     assert status == 201 and renewed["spec"]["username"] == "system:node:n1"
-    assert renewed["_authenticatedBy"] == "x509"
+    assert stored(fresh_emulator, renewed["metadata"]["name"])["_authenticatedBy"] == "x509"
     assert conditions(renewed)["Approved"]["message"] == \
         "Auto approving self kubelet client certificate after SubjectAccessReview."
     assert renewed["status"]["certificate"]
@@ -297,3 +302,77 @@ def test_a_node_renews_its_own_certificate_but_not_another_nodes(fresh_emulator)
     status, other = node("POST", CSRS, csr_object(make_csr("system:node:n2")[0]))
     assert status == 201 and other["status"] == {}
     assert node("DELETE", f"{CSRS}/{other['metadata']['name']}")[0] == 403
+
+
+# What the v1.32.0 OpenAPI definitions declare for the CSR API's answers: each definition's
+# properties and, for a property holding another definition, which one (in a list: its items').
+# None: not walked further (a scalar, a free-form map, or a definition the stand-in never fills).
+# Source: kubernetes/kubernetes api/openapi-spec/swagger.json at v1.32.0, definitions
+# io.k8s.api.certificates.v1.CertificateSigningRequest{,List,Spec,Status,Condition} and
+# io.k8s.apimachinery.pkg.apis.meta.v1.{ObjectMeta,ListMeta} (the same release's definitions
+# as tests/data/k8s-openapi/README.md describes).
+V1_32_CSR_SCHEMA = {
+    "CertificateSigningRequest": {"apiVersion": None, "kind": None, "metadata": "ObjectMeta",
+                                  "spec": "CertificateSigningRequestSpec",
+                                  "status": "CertificateSigningRequestStatus"},
+    "CertificateSigningRequestList": {"apiVersion": None, "kind": None, "metadata": "ListMeta",
+                                      "items": ["CertificateSigningRequest"]},
+    "CertificateSigningRequestSpec": dict.fromkeys(("expirationSeconds", "extra", "groups", "request",
+                                                    "signerName", "uid", "usages", "username")),
+    "CertificateSigningRequestStatus": {"certificate": None, "conditions": ["CertificateSigningRequestCondition"]},
+    "CertificateSigningRequestCondition": dict.fromkeys(("lastTransitionTime", "lastUpdateTime", "message",
+                                                         "reason", "status", "type")),
+    "ObjectMeta": dict.fromkeys(("annotations", "creationTimestamp", "deletionGracePeriodSeconds",
+                                 "deletionTimestamp", "finalizers", "generateName", "generation", "labels",
+                                 "managedFields", "name", "namespace", "ownerReferences", "resourceVersion",
+                                 "selfLink", "uid")),
+    "ListMeta": dict.fromkeys(("continue", "remainingItemCount", "resourceVersion", "selfLink")),
+}
+
+
+def undeclared(value, definition, where="$"):
+    """The paths of `value`'s fields that V1_32_CSR_SCHEMA[definition] does not declare."""
+    found = []
+    declared = V1_32_CSR_SCHEMA[definition]
+    for key, item in value.items():
+        inner = declared.get(key, ...)
+        if inner is ...:
+            found.append(f"{where}.{key}")
+        elif isinstance(inner, str):
+            found += undeclared(item, inner, f"{where}.{key}")
+        elif isinstance(inner, list):
+            for i, element in enumerate(item):
+                found += undeclared(element, inner[0], f"{where}.{key}[{i}]")
+    return found
+
+
+def test_no_answer_carries_a_field_the_v1_32_schema_does_not_declare(fresh_emulator, boot):
+    """Every kind of CSR answer (create, get, list, approval, as each kind of requester, approved,
+    pending, signed, failed) holds only declared fields: the stand-in's bookkeeping
+    ("_authenticatedBy") stays in /_emulator/state."""
+    client, _ = boot
+    admin = admin_client(fresh_emulator)
+    node, _ = node_client(fresh_emulator, "n1")
+    answers = []
+    status, created = client("POST", CSRS, csr_object(make_csr()[0], name="boot", expirationSeconds=3600))
+    answers.append(("CertificateSigningRequest", status, created))
+    answers.append(("CertificateSigningRequest", *node("POST", CSRS, csr_object(make_csr()[0], name="renew"))))
+    # Approved by hand with usages the client signer refuses: a Failed condition.
+    body = csr_object(make_csr("daemon", orgs=("aks-flex-node-daemons",))[0], name="daemon",
+                      signer="kubernetes.io/kube-apiserver-client", usages=["digital signature", "server auth"])
+    status, pending = admin("POST", CSRS, body)
+    answers.append(("CertificateSigningRequest", status, pending))
+    pending["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "ByHand"}]}
+    status, failed = admin("PUT", f"{CSRS}/daemon/approval", pending)
+    assert status == 200 and conditions(failed)["Failed"]["reason"] == "SignerValidationFailure", failed
+    answers.append(("CertificateSigningRequest", status, failed))
+    answers.append(("CertificateSigningRequest", *client("GET", f"{CSRS}/boot")))
+    answers.append(("CertificateSigningRequestList", *admin("GET", CSRS)))
+    answers.append(("CertificateSigningRequestList", *client("GET", f"{CSRS}?fieldSelector=metadata.name%3Dboot")))
+    for definition, status, answer in answers:
+        assert status in (200, 201), answer
+        assert undeclared(answer, definition) == [], answer
+    assert len(answers[-2][2]["items"]) == 4  # the node's own bootstrap CSR, boot, renew, daemon
+    # The bookkeeping is still there for the approver and for tests.
+    kinds = {c["metadata"]["name"]: c["_authenticatedBy"] for c in fresh_emulator.state()["csrs"][C.CLUSTER_NAME]}
+    assert (kinds["boot"], kinds["renew"], kinds["daemon"]) == ("bootstrap-token", "x509", "static-token")
