@@ -228,8 +228,8 @@ demo-clean:
 # package. The interpreter: PYTHON_JAMMY / PYTHON_NOBLE, else pyenv's 3.10.* / 3.12.*, else
 # python3.10 / python3.12 on PATH; without one the release is skipped, said plainly, exit 0.
 #   make test-ubuntu        the supported releases (noble); CI runs it
-#   make test-ubuntu-jammy  22.04's stack: it FAILS (its 2021 SDKs and configobj 5.0.6 lack
-#                           what the library uses; docs/ubuntu.md lists each failure)
+#   make test-ubuntu-jammy  22.04's stack: not green yet (aks_flex_node/azure/sdk_compat.py
+#                           shims it; docs/ubuntu.md lists what still fails and why)
 # $(call find_python,X.Y): a working pythonX.Y, or nothing (a pyenv shim for a version not
 # selected exits non-zero, so each candidate is run once).
 define find_python

@@ -12,6 +12,7 @@ from typing import Optional
 from azure.core.exceptions import ResourceNotFoundError
 
 from aks_flex_node.azure.auth import azure_errors
+from aks_flex_node.azure.sdk_compat import model_property
 from aks_flex_node.errors import TemporaryError
 
 # Upstream polls about 245 s for the identity (Azure/AKSFlexNode v0.0.10,
@@ -37,15 +38,6 @@ def _text(value):
     return str(getattr(value, "value", value))
 
 
-def _machine_property(model, name):
-    """A property of the machine under both SDK shapes: hybridcompute 8.x flattens
-    `properties.*` onto the model, 10.x keeps them under `.properties`."""
-    properties = getattr(model, "properties", None)
-    if properties is not None and getattr(properties, name, None) is not None:
-        return getattr(properties, name)
-    return getattr(model, name, None)
-
-
 def machine_from_model(model):
     identity = getattr(model, "identity", None)
     return Machine(
@@ -54,8 +46,8 @@ def machine_from_model(model):
         location=model.location,
         principal_id=getattr(identity, "principal_id", None),
         tenant_id=getattr(identity, "tenant_id", None),
-        status=_text(_machine_property(model, "status")),
-        agent_version=_text(_machine_property(model, "agent_version")),
+        status=_text(model_property(model, "status")),
+        agent_version=_text(model_property(model, "agent_version")),
     )
 
 

@@ -8,7 +8,6 @@ and systemd, where a prompt would hang (upstream's daemon could start an interac
 """
 
 import contextlib
-import inspect
 import os
 import re
 import stat
@@ -23,13 +22,13 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.identity import (
-    AzureCliCredential,
     CertificateCredential,
     ClientSecretCredential,
     CredentialUnavailableError,
     ManagedIdentityCredential,
 )
 
+from aks_flex_node.azure import sdk_compat
 from aks_flex_node.azure.clients import BACKOFF_FACTOR, CONNECTION_TIMEOUT, RETRY_CONNECT
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
 from aks_flex_node.http_policy import HttpPolicy
@@ -170,29 +169,6 @@ def _check_cli_config_dir(environ=os.environ):
         )
 
 
-def _instance_discovery_off(credential_class):
-    """The keyword that turns MSAL's instance discovery off, for this azure-identity.
-
-    1.13.0b2 (Debian 12's python3-azure) calls it `instance_discovery=False`; 1.13.0b3
-    renamed it `disable_instance_discovery=True` (azure-identity's CHANGELOG.md). Unknown
-    keywords are swallowed silently by both, so ask the constructors' signatures which one
-    they know.
-    """
-    for klass in credential_class.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        try:
-            params = inspect.signature(init).parameters
-        except (TypeError, ValueError):
-            continue
-        if "disable_instance_discovery" in params:
-            return {"disable_instance_discovery": True}
-        if "instance_discovery" in params:
-            return {"instance_discovery": False}
-    return {"disable_instance_discovery": True}  # the documented name since 1.13.0
-
-
 def _authority_kwargs(settings, credential_class):
     kwargs = {}
     if settings.authority:
@@ -203,7 +179,10 @@ def _authority_kwargs(settings, credential_class):
             raise AuthError(f"authority = {settings.authority!r}: expected an https:// URL")
         kwargs["authority"] = settings.authority
         if parts.hostname.lower() not in WELL_KNOWN_AUTHORITY_HOSTS:
-            kwargs.update(_instance_discovery_off(credential_class))
+            switch = sdk_compat.instance_discovery_switch(credential_class)
+            if switch is None:
+                raise _discovery_cannot_be_off(settings.authority)
+            kwargs.update(switch)
     # Entra unreachable: give up as quickly as the ARM clients do (clients.py), not after
     # azure-core's default backoff.
     kwargs.update(retry_connect=RETRY_CONNECT, retry_backoff_factor=BACKOFF_FACTOR,
@@ -216,6 +195,24 @@ def _authority_kwargs(settings, credential_class):
     if settings.ca_bundle:
         kwargs["connection_verify"] = settings.ca_bundle
     return kwargs
+
+
+def _discovery_cannot_be_off(authority):
+    """A custom authority on an azure-identity that cannot turn instance discovery off
+    (1.7.0, Ubuntu 22.04's: sdk_compat.instance_discovery_switch). MSAL would ask
+    login.microsoftonline.com's /common/discovery/instance about the host first and refuse
+    the answer `invalid_instance` that Entra ID gives for a host it does not know (msal
+    1.17.0's msal/authority.py, Authority.__init__); off the public internet it cannot ask
+    at all. Refused here, before any request, instead of after a round trip."""
+    import azure.identity
+
+    version = getattr(azure.identity, "__version__", "?")
+    return AuthError(
+        f"authority = {authority!r}: this azure-identity ({version}) cannot turn off MSAL's instance "
+        "discovery, which accepts only Entra ID's own hosts: expected the authority of the public, "
+        "US Government or China cloud",
+        remedy="use a cloud whose authority is an Entra ID host, or install azure-identity 1.13.0 or newer "
+        "(Debian 12's and Ubuntu 24.04's python3-azure have it)")
 
 
 def credential(settings, root=None):
@@ -280,7 +277,7 @@ def credential(settings, root=None):
 
     if settings.method == "azure-cli":
         _check_cli_config_dir()
-        return AzureCliCredential(tenant_id=settings.tenant_id or "")
+        return sdk_compat.azure_cli_credential(settings.tenant_id)
 
     kwargs = {}
     if settings.managed_identity_client_id:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 
 from aks_flex_node.azure.auth import arm_code, arm_message, azure_errors
+from aks_flex_node.azure.sdk_compat import model_property, role_assignment_parameters
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
 
 # uuid5(NAMESPACE_URL, "https://github.com/aks-flex-node/aks-flex-node#role-assignment"):
@@ -79,9 +80,9 @@ def _assignment(model, created=False):
     return Assignment(
         id=model.id,
         name=model.name,
-        scope=getattr(model, "scope", None) or model.id.rsplit("/providers/Microsoft.Authorization/", 1)[0],
-        role_guid=role_guid_of(model.role_definition_id),
-        principal_id=model.principal_id,
+        scope=model_property(model, "scope") or model.id.rsplit("/providers/Microsoft.Authorization/", 1)[0],
+        role_guid=role_guid_of(model_property(model, "role_definition_id")),
+        principal_id=model_property(model, "principal_id"),
         created=created,
     )
 
@@ -101,7 +102,8 @@ def ensure_assignment(clients, scope, role_guid, principal_id, *, principal_wait
     principal_id = _check_guid(principal_id, "principal_id")
     client = clients.authorization(subscription_of(scope))
     name = assignment_name(scope, role_guid, principal_id)
-    parameters = client.models().RoleAssignmentCreateParameters(
+    parameters = role_assignment_parameters(
+        client.models(),
         role_definition_id=role_definition_id(scope, role_guid),
         principal_id=principal_id,
         # Skips the directory lookup that fails for a brand-new identity (Troubleshoot Azure
@@ -185,7 +187,8 @@ def assignments_for(clients, scope, principal_id):
                 raise _forbidden(scope, "Microsoft.Authorization/roleAssignments/read") from err
             raise
     # The filter is the service's: keep only this principal whatever it sends back.
-    return [_assignment(m) for m in models if (m.principal_id or "").lower() == principal_id.lower()]
+    return [_assignment(m) for m in models
+            if (model_property(m, "principal_id") or "").lower() == principal_id.lower()]
 
 
 def delete_assignment(clients, assignment_id):

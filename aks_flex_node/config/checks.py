@@ -11,10 +11,24 @@ import re
 import string
 from urllib.parse import urlsplit
 
-from configobj.validate import ValidateError, is_integer
+try:
+    from configobj.validate import ValidateError, Validator, is_integer
+except ImportError:
+    # configobj 5.0.6 (Ubuntu 22.04's python3-configobj) ships `validate` as a top-level
+    # module; 5.0.7 moved it into the package as configobj.validate and 5.0.8 keeps a
+    # top-level `validate` shim whose own docstring says it is expected to go (configobj's
+    # CHANGES.rst, "Release 5.0.8"). The one place the config imports it (spec.py and
+    # model.py take it from here); not in azure/sdk_compat.py: the config never imports
+    # the Azure SDK.
+    from validate import ValidateError, Validator, is_integer
 
 from aks_flex_node.config.model import CLUSTER_ID_EXAMPLE, parse_cluster_id
 from aks_flex_node.http_policy import is_loopback
+
+
+def validator(functions):
+    """configobj's Validator with `functions` (configspec type name -> check) registered."""
+    return Validator(functions)
 
 
 class Invalid(ValidateError):

@@ -225,7 +225,7 @@ class Config(Mapping):
         naming the key, the origin, the value and what is expected when one fails."""
         import copy
 
-        from validate import ValidateError
+        from aks_flex_node.config.checks import ValidateError
 
         from aks_flex_node.config import spec
         from aks_flex_node.config.values import serialize

@@ -9,7 +9,6 @@ import functools
 import importlib.resources
 
 import configobj
-from configobj.validate import Validator
 
 from aks_flex_node.config import checks
 from aks_flex_node.config.checks import Invalid
@@ -50,7 +49,7 @@ CHECKS = {
 def validator():
     """configobj's Validator with the checks registered under their configspec names,
     each behind its type's length bound (checks.MAX_LENGTH)."""
-    return Validator({name: _bounded(check, checks.MAX_LENGTH[name]) for name, check in CHECKS.items()})
+    return checks.validator({name: _bounded(check, checks.MAX_LENGTH[name]) for name, check in CHECKS.items()})
 
 
 def _bounded(check, limit):

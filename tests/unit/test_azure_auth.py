@@ -4,23 +4,25 @@ import datetime
 import os
 
 import pytest
-from azure.identity import CertificateCredential, ClientSecretCredential
+from azure.identity import AzureCliCredential, CertificateCredential, ClientSecretCredential
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from aks_flex_node.azure import auth
+from aks_flex_node.azure import auth, sdk_compat
 from aks_flex_node.errors import AuthError, ExitCode, TemporaryError
 from tests.emulator import constants as C
 from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import settings_for, write_secret
+from tests.unit.test_azure_fixtures import needs_discovery_switch
+from tests.unit.test_azure_fixtures import NO_DISCOVERY_SWITCH, settings_for, write_secret
 
 
 def token_requests(emulator):
     return emulator.requests(server="entra", method="POST", path_contains="/oauth2/v2.0/token")
 
 
+@needs_discovery_switch
 def test_secret_file_credential_gets_an_arm_token(fresh_emulator, endpoints, secret_file):
     token = auth.arm_token(auth.credential(settings_for(endpoints, secret_file)), C.ARM_SCOPE)
     assert token.startswith(C.TOKEN_PREFIX)
@@ -32,10 +34,45 @@ def test_secret_file_credential_gets_an_arm_token(fresh_emulator, endpoints, sec
 def test_instance_discovery_keyword_matches_the_installed_azure_identity():
     import azure.identity
 
-    beta = azure.identity.__version__ == "1.13.0b2"
-    expected = {"instance_discovery": False} if beta else {"disable_instance_discovery": True}
-    assert auth._instance_discovery_off(ClientSecretCredential) == expected
-    assert auth._instance_discovery_off(CertificateCredential) == expected
+    expected = {"1.13.0b2": {"instance_discovery": False}, "1.7.0": None}.get(
+        azure.identity.__version__, {"disable_instance_discovery": True})
+    assert sdk_compat.instance_discovery_switch(ClientSecretCredential) == expected
+    assert sdk_compat.instance_discovery_switch(CertificateCredential) == expected
+
+
+@pytest.mark.skipif(not NO_DISCOVERY_SWITCH, reason="this azure-identity can turn instance discovery off")
+def test_custom_authority_without_a_discovery_switch_is_refused_before_any_request(fresh_emulator, endpoints,
+                                                                                   secret_file):
+    """azure-identity 1.7.0 (Ubuntu 22.04): MSAL would ask login.microsoftonline.com about the
+    emulator's host and get invalid_instance; refused with what to do, nothing sent."""
+    with pytest.raises(AuthError) as caught:
+        auth.credential(settings_for(endpoints, secret_file))
+    message = caught.value.message
+    assert f"authority = {endpoints.authority!r}" in message and "instance discovery" in message
+    assert "expected the authority of the public, US Government or China cloud" in message
+    assert "1.13.0" in caught.value.remedy
+    assert fresh_emulator.requests(server="entra") == []
+
+
+@pytest.mark.parametrize("host", ["login.microsoftonline.com", "login.microsoft.com", "login.microsoftonline.us"])
+def test_entra_hosts_are_accepted_on_every_azure_identity(endpoints, secret_file, host):
+    """Entra ID's own hosts: MSAL needs no switch for them (instance discovery, where it
+    runs, answers for them), so every azure-identity builds the credential."""
+    settings = auth.AuthSettings(**{**settings_for(endpoints, secret_file).__dict__, "authority": f"https://{host}"})
+    assert isinstance(auth.credential(settings), ClientSecretCredential)
+
+
+def test_azure_cli_credential_asks_az_for_the_configured_tenant(fresh_emulator, endpoints, fake_az):
+    """AzureCliCredential(tenant_id=) came with azure-identity 1.11.0b3; on 1.7.0 the tenant
+    goes to each get_token (sdk_compat): either way `az` is asked with --tenant."""
+    fake_az.login()
+    token = auth.arm_token(auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID)),
+                           C.ARM_SCOPE)
+    assert token.startswith(C.TOKEN_PREFIX)
+    (argv,) = fake_az.calls()
+    assert argv[:2] == ["account", "get-access-token"]
+    assert argv[argv.index("--tenant") + 1] == C.TENANT_ID
+    assert argv[argv.index("--resource") + 1] == C.ARM_SCOPE[: -len("/.default")]
 
 
 def test_well_known_authority_keeps_instance_discovery(endpoints, secret_file):
@@ -80,6 +117,7 @@ def test_missing_secret_file_names_the_field(endpoints, tmp_path):
         auth.credential(settings_for(endpoints, tmp_path / "nope"))
 
 
+@needs_discovery_switch
 def test_wrong_secret_is_an_auth_error_with_the_aadsts_code(endpoints, tmp_path):
     wrong = write_secret(tmp_path / "wrong", "not-the-secret")
     cred = auth.credential(settings_for(endpoints, wrong))
@@ -92,6 +130,7 @@ def test_wrong_secret_is_an_auth_error_with_the_aadsts_code(endpoints, tmp_path)
     assert "not-the-secret" not in err.message
 
 
+@needs_discovery_switch
 def test_unknown_application_names_what_to_check(endpoints, secret_file):
     cred = auth.credential(settings_for(endpoints, secret_file, client_id="11111111-2222-3333-4444-555555555555"))
     with pytest.raises(AuthError) as caught:
@@ -100,6 +139,7 @@ def test_unknown_application_names_what_to_check(endpoints, secret_file):
     assert "sp_client_id" in caught.value.remedy
 
 
+@needs_discovery_switch
 def test_unreachable_authority_is_temporary(endpoints, secret_file):
     # A port nothing listens on: the credential's own retries, then exit 75.
     settings = settings_for(endpoints, secret_file)
@@ -135,6 +175,7 @@ def _pem_certificate_with_key():
     ) + cert.public_bytes(serialization.Encoding.PEM)
 
 
+@needs_discovery_switch
 def test_certificate_credential_gets_a_token(fresh_emulator, endpoints, tmp_path):
     pem = tmp_path / "sp.pem"
     pem.write_bytes(_pem_certificate_with_key())
@@ -235,6 +276,7 @@ def test_managed_identity_client_id_is_passed(monkeypatch):
     assert type(cred).__name__ == "ManagedIdentityCredential"
 
 
+@needs_discovery_switch
 def test_settings_from_a_loaded_config(fresh_emulator, tmp_path, no_proxy):
     """The adapter reads the secret file under the config's root and the endpoints it resolved."""
     from aks_flex_node import config
@@ -267,6 +309,7 @@ def test_settings_from_a_loaded_config(fresh_emulator, tmp_path, no_proxy):
     assert auth.arm_token(auth.credential(cfg), C.ARM_SCOPE).startswith(C.TOKEN_PREFIX)
 
 
+@needs_discovery_switch
 def test_in_memory_secret_from_an_upstream_config(endpoints):
     """A secret read from an upstream config.json never touches a file: it is used as is."""
     settings = auth.AuthSettings(method="service-principal", tenant_id=C.TENANT_ID, client_id=C.SP_CLIENT_ID,
@@ -285,4 +328,4 @@ def test_azure_cli_config_of_another_user_is_refused(az_dir, tmp_path, monkeypat
     with pytest.raises(AuthError, match=f"AZURE_CONFIG_DIR = '{foreign}' is owned by uid 65534"):
         auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))
     os.chown(foreign, os.geteuid(), os.getegid())
-    assert type(auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))).__name__ == "AzureCliCredential"
+    assert isinstance(auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID)), AzureCliCredential)

@@ -15,6 +15,7 @@ from aks_flex_node.errors import TemporaryError
 from aks_flex_node.http_policy import HttpPolicy
 from tests.emulator import constants as C
 from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.unit.test_azure_fixtures import needs_discovery_switch
 from tests.unit.test_azure_fixtures import put_machine, settings_for
 
 
@@ -132,6 +133,7 @@ def _dead_proxy():
         return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
+@needs_discovery_switch
 def test_the_environment_proxy_is_not_used(fresh_emulator, endpoints, secret_file, monkeypatch):
     """The config is the only source: a proxy in the process environment (an operator's
     shell) changes nothing, for the credential and for the ARM clients alike."""
@@ -145,6 +147,7 @@ def test_the_environment_proxy_is_not_used(fresh_emulator, endpoints, secret_fil
         assert aks.get_cluster(clients, ClusterRef).name == C.CLUSTER_NAME
 
 
+@needs_discovery_switch
 def test_the_configured_proxy_carries_arm_and_entra_calls(fresh_emulator, endpoints, secret_file, no_proxy):
     """A configured proxy is used even for loopback hosts (only no_proxy exempts a host):
     with nothing listening there, both the token request and the ARM call fail as

@@ -1,19 +1,65 @@
 """Fixtures shared by the test_azure_* modules: the emulator, an operator credential and clients.
 
 Everything talks to tests/emulator over loopback HTTPS with the real SDK clients; the only
-thing faked is Azure itself (and host commands, through tests/fakes/bin).
+thing faked is Azure itself (and host commands, through tests/fakes/bin, and `az` below).
+
+On an azure-identity that cannot turn MSAL's instance discovery off (1.7.0, Ubuntu 22.04's:
+aks_flex_node/azure/sdk_compat.py) the library refuses a service principal for the
+emulator's authority, as it would for any custom cloud; there the operator is the Azure
+CLI's account instead, through a stand-in `az` that gets its token from the emulator's
+Entra ID with the service principal's secret (what `az account get-access-token` does
+after `az login --service-principal`).
 """
 
-import pytest
+import json
+import os
+import sys
+import textwrap
 
-from aks_flex_node.azure import auth
+import pytest
+from azure.identity import ClientSecretCredential
+
+from aks_flex_node.azure import auth, sdk_compat
 from aks_flex_node.azure.clients import Clients
 from aks_flex_node.clouds import CUSTOM, CloudEndpoints
 from tests.emulator import constants as C
 from tests.emulator_fixtures import emulator, fake_host, fresh_emulator  # noqa: F401  (fixtures)
 
 __all__ = ["emulator", "fresh_emulator", "fake_host", "no_proxy", "endpoints", "secret_file", "operator",
-           "azure_clients", "put_machine", "settings_for", "reader_clients", "node_clients"]
+           "azure_clients", "put_machine", "settings_for", "reader_clients", "node_clients", "fake_az",
+           "NO_DISCOVERY_SWITCH", "needs_discovery_switch"]
+
+# True on azure-identity 1.7.0 (Ubuntu 22.04's): service principals cannot use the emulator.
+NO_DISCOVERY_SWITCH = sdk_compat.instance_discovery_switch(ClientSecretCredential) is None
+
+# The stand-in `az account get-access-token --output json --resource R [--tenant T]`: the
+# token comes from the emulator's token endpoint (client credentials), the output has the
+# fields of az's JSON (azure-cli's `az account get-access-token`; azure-identity reads
+# accessToken and expiresOn, newer releases expires_on). Each argv is appended to $FAKE_AZ_LOG.
+FAKE_AZ = textwrap.dedent("""\
+    import datetime, json, os, ssl, sys, urllib.parse, urllib.request
+    args = sys.argv[1:]
+    with open(os.environ["FAKE_AZ_LOG"], "a") as log:
+        log.write(json.dumps(args) + "\\n")
+    if args[:2] != ["account", "get-access-token"]:
+        sys.exit("fake az: only account get-access-token")
+    conf = json.loads(os.environ["FAKE_AZ_LOGIN"])
+    resource = args[args.index("--resource") + 1]
+    tenant = args[args.index("--tenant") + 1] if "--tenant" in args else conf["tenant"]
+    body = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": conf["client_id"],
+                                   "client_secret": conf["secret"], "scope": resource + "/.default"}).encode()
+    context = ssl.create_default_context(cafile=conf["ca_bundle"])
+    try:
+        with urllib.request.urlopen(f"{conf['authority']}/{tenant}/oauth2/v2.0/token", body, context=context) as r:
+            answer = json.load(r)
+    except urllib.error.HTTPError as err:
+        sys.exit("ERROR: " + err.read().decode())
+    expires = datetime.datetime.now() + datetime.timedelta(seconds=int(answer["expires_in"]))
+    print(json.dumps({"accessToken": answer["access_token"], "expiresOn": expires.strftime("%Y-%m-%d %H:%M:%S.%f"),
+                      "expires_on": int(expires.timestamp()), "subscription": conf["subscription"],
+                      "tenant": tenant, "tokenType": "Bearer"}))
+    """)
+
 
 
 @pytest.fixture
@@ -54,8 +100,42 @@ def settings_for(endpoints, secret_path, client_id=C.SP_CLIENT_ID):
 
 
 @pytest.fixture
-def operator(endpoints, secret_file):
-    return auth.credential(settings_for(endpoints, secret_file))
+def fake_az(tmp_path, monkeypatch, endpoints):
+    """`az` on PATH, logged in as the service principal (client_id, secret) given to
+    login(); returns the log of its argv lists."""
+    bindir = tmp_path / "az-bin"
+    bindir.mkdir()
+    script = bindir / "az"
+    script.write_text(f"#!{sys.executable}\n" + FAKE_AZ)
+    script.chmod(0o755)
+    log = tmp_path / "az.log"
+    log.write_text("")
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_AZ_LOG", str(log))
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path))  # ours (the ownership check)
+
+    class FakeAz:
+        def login(self, client_id=C.SP_CLIENT_ID, secret=C.SP_CLIENT_SECRET):
+            monkeypatch.setenv("FAKE_AZ_LOGIN", json.dumps({
+                "client_id": client_id, "secret": secret, "tenant": C.TENANT_ID, "subscription": C.SUBSCRIPTION_ID,
+                "authority": endpoints.authority.rstrip("/"), "ca_bundle": endpoints.ca_bundle}))
+
+        def calls(self):
+            return [json.loads(line) for line in log.read_text().splitlines()]
+
+    return FakeAz()
+
+
+def _operator_credential(endpoints, request, secret_path, secret, client_id):
+    if not NO_DISCOVERY_SWITCH:
+        return auth.credential(settings_for(endpoints, write_secret(secret_path, secret), client_id))
+    request.getfixturevalue("fake_az").login(client_id, secret)
+    return auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))
+
+
+@pytest.fixture
+def operator(endpoints, tmp_path, request):
+    return _operator_credential(endpoints, request, tmp_path / "sp-secret", C.SP_CLIENT_SECRET, C.SP_CLIENT_ID)
 
 
 @pytest.fixture
@@ -66,23 +146,23 @@ def azure_clients(endpoints, operator):
         yield clients
 
 
-def _clients_of(endpoints, secret_path, secret, client_id):
-    cred = auth.credential(settings_for(endpoints, write_secret(secret_path, secret), client_id))
+def _clients_of(endpoints, request, secret_path, secret, client_id):
+    cred = _operator_credential(endpoints, request, secret_path, secret, client_id)
     return Clients(endpoints, cred, polling_interval=0)
 
 
 @pytest.fixture
-def reader_clients(endpoints, tmp_path):
+def reader_clients(endpoints, tmp_path, request):
     """Clients for a principal that is only Reader on the subscription."""
-    with _clients_of(endpoints, tmp_path / "reader-secret", C.READER_SP_CLIENT_SECRET,
+    with _clients_of(endpoints, request, tmp_path / "reader-secret", C.READER_SP_CLIENT_SECRET,
                      C.READER_SP_CLIENT_ID) as clients:
         yield clients
 
 
 @pytest.fixture
-def node_clients(endpoints, tmp_path):
+def node_clients(endpoints, tmp_path, request):
     """Clients for the node's service principal: only the Flex Node Agent Role on flexpool."""
-    with _clients_of(endpoints, tmp_path / "node-secret", C.NODE_SP_CLIENT_SECRET,
+    with _clients_of(endpoints, request, tmp_path / "node-secret", C.NODE_SP_CLIENT_SECRET,
                      C.NODE_SP_CLIENT_ID) as clients:
         yield clients
 
@@ -95,3 +175,11 @@ def put_machine(emulator, name, resource_group=C.ARC_RG, api_version="2024-07-10
     )
     assert status in (200, 201), body
     return body
+
+
+# A test of a service principal against the emulator's (custom) authority: it cannot run
+# where the library refuses that (azure-identity 1.7.0, Ubuntu 22.04: the refusal has its
+# own test, test_azure_auth.py).
+needs_discovery_switch = pytest.mark.skipif(
+    NO_DISCOVERY_SWITCH, reason="azure-identity without a switch for MSAL's instance discovery (1.7.0, Ubuntu "
+    "22.04) refuses a service principal for a custom authority such as the emulator's")
