@@ -304,20 +304,22 @@ def wait_node_ready(client_for, name, timeout, remedy="check `journalctl -u kube
     return poll_fast_then_slow(probe, timeout, give_up, clock=clock, sleep=sleep)
 
 
-def poll_fast_then_slow(probe, timeout, give_up, clock=time.monotonic, sleep=time.sleep):
-    """polling.poll at READY_FAST_DELAY for the first READY_FAST_FOR seconds, then at
-    READY_SLOW_DELAY until `timeout`."""
+def poll_fast_then_slow(probe, timeout, give_up, clock=time.monotonic, sleep=time.sleep,
+                        fast_delay=READY_FAST_DELAY, fast_for=READY_FAST_FOR,
+                        slow_delay=READY_SLOW_DELAY, slow_max=None):
+    """polling.poll every `fast_delay` for the first `fast_for` seconds, then from
+    `slow_delay` (doubling up to `slow_max`, when given) until `timeout`."""
 
     class StillWaiting(Exception):
         pass
 
-    fast_for = min(READY_FAST_FOR, timeout)
+    fast_for = min(fast_for, timeout)
     try:
-        return poll(probe, timeout=fast_for, delay=READY_FAST_DELAY, give_up=lambda _: StillWaiting(),
+        return poll(probe, timeout=fast_for, delay=fast_delay, give_up=lambda _: StillWaiting(),
                     clock=clock, sleep=sleep)
     except StillWaiting:
-        return poll(probe, timeout=timeout - fast_for, delay=READY_SLOW_DELAY, give_up=give_up,
-                    clock=clock, sleep=sleep)
+        return poll(probe, timeout=timeout - fast_for, delay=slow_delay, max_delay=slow_max,
+                    give_up=give_up, clock=clock, sleep=sleep)
 
 
 def readyz(server, ca_pem, policy=None, timeout=10):

@@ -55,3 +55,13 @@ def test_a_timeout_shorter_than_the_fast_window_is_kept():
                    clock=clock, sleep=clock.sleep)
     assert clock.now == pytest.approx(1.0)
     assert set(clock.sleeps) == {0.2}
+
+
+def test_the_propagation_schedule_is_fast_then_doubling_to_its_cap():
+    """rbac-propagation's schedule (steps/node.py): 0.25 s for 5 s, then 1, 2, 4, 8, 10, 10 s..."""
+    clock = Clock()
+    poll_ready(lambda: (clock.now >= 60.0, None), 600, give_up=AssertionError, clock=clock, sleep=clock.sleep,
+               fast_delay=0.25, fast_for=5.0, slow_delay=1.0, slow_max=10.0)
+    assert clock.sleeps[:20] == [0.25] * 20
+    assert clock.sleeps[20:26] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert max(clock.sleeps) == 10.0 and clock.now < 60.0 + 10.0
