@@ -124,14 +124,22 @@ class ArtifactStep(tracked.OwnsPaths, Step):
             entries.append(entry)
         return entries
 
-    def check(self, ctx):
-        plan = Plan()
+    def wanted(self, ctx, plan):
+        """(version, url, checksum_url) of the wanted release, after planning the cache's
+        tag; None (and the plan says why) while the version is not known."""
         tracked.plan_cache_tag(ctx, plan, self.name)
         version = self.version(ctx)
         if not version:
             plan.noop_reason = "version not known yet (it comes from the cluster)"
+            return None
+        return (version, *ctx.config.artifact_urls(self.artifact, version, node_arch()))
+
+    def check(self, ctx):
+        plan = Plan()
+        wanted = self.wanted(ctx, plan)
+        if wanted is None:
             return plan
-        url, checksum_url = ctx.config.artifact_urls(self.artifact, version, node_arch())
+        version, url, checksum_url = wanted
         if self.installed(ctx, url, version):
             if not plan.actions:
                 plan.noop_reason = f"{self.artifact} {version} installed and intact"

@@ -8,7 +8,7 @@ import re
 from aks_flex_node.engine.step import INSTALL, Plan, Step
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.steps import tracked
-from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep, fingerprint, node_arch
+from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep, fingerprint
 
 KUBE_BINARIES = ("kubelet", "kubectl", "kubeadm")
 BIN_DIR = "/usr/local/bin"
@@ -114,12 +114,10 @@ class KubernetesBinariesStep(ArtifactStep):
 
     def check(self, ctx):
         plan = Plan()
-        tracked.plan_cache_tag(ctx, plan, self.name)
-        version = self.version(ctx)
-        if not version:
-            plan.noop_reason = "version not known yet (it comes from the cluster)"
+        wanted = self.wanted(ctx, plan)
+        if wanted is None:
             return plan
-        url, checksum_url = ctx.config.artifact_urls(self.artifact, version, node_arch())
+        version, url, checksum_url = wanted
         active = active_version(ctx.host)
         legacy = self._legacy_install(ctx, url) if active is None else None
         if legacy:
