@@ -93,7 +93,7 @@ def test_the_completion_is_valid_bash(completion, tmp_path):
                                "import", "show", "validate"]),
     ("aks-flex-node bootstrap --dry", ["--dry-run"]),
     ("aks-flex-node --json unbootstrap --keep", ["--keep-cloud-resources"]),
-    ("aks-flex-node bootstrap --phase kube", ["kubelet", "kubernetes"]),
+    ("aks-flex-node bootstrap --phase kube", ["kubelet", "kubelet-upgrade", "kubernetes"]),
     ("aks-flex-node bootstrap --skip-phase cni --phase no", ["node-ready"]),
 ])
 def test_the_completion_offers_what_the_cli_accepts(completion, tmp_path, line, expected):
