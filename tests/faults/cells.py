@@ -517,6 +517,209 @@ def agent_pool_cells():
     return cells
 
 
+# -- the kubelet upgrade ------------------------------------------------------------------
+
+# A joined node is told to run the next patch release (the version-skew policy speaks of
+# minors, so the emulated cluster's API server allows it); steps/kubelet_upgrade.py records
+# each of its phases in the ledger before the change it makes.
+UPGRADE_TO = "1.30.5"
+UPGRADE_CONFIG = {"kubernetes_version": UPGRADE_TO, "node_ready_timeout": "20", "upgrade_drain_timeout": "30"}
+LEDGER = "/var/lib/aks-flex-node/ledger.json"
+KUBE_CURRENT = "/usr/local/lib/aks-flex-node/kubernetes/current"
+EVICTION = r"/api/v1/namespaces/[^/]+/pods/[^/]+/eviction$"
+
+
+def upgrade_record(cell):
+    """The ledger's kubelet upgrade record and its owed obligations ((None, []) when unreadable)."""
+    import json
+    try:
+        with open(cell.node.path(LEDGER)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None, []
+    record = next((e for e in data.get("entries", []) if e.get("kind") == "kubelet_upgrade"), None)
+    return record, data.get("owed", [])
+
+
+class ReadyRefused:
+    """Kill while the upgrade waits for the new kubelet to be Ready: once the switch and its
+    restart are done, the API server refuses the new kubelet's status updates (503), so the
+    Node cannot turn Ready at the new version until the cell releases it."""
+
+    what = "waiting for Ready at the new version (its status updates refused)"
+    RULE = {"match": {"server": "apiserver", "method": "PATCH", "path_regex": r"/api/v1/nodes/[^/]+/status$"},
+            "respond": {"status": 503, "body": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                  "reason": "ServiceUnavailable", "code": 503}}}
+
+    def __init__(self):
+        self.refused_before = None
+
+    def arm(self, cell):
+        pass
+
+    def _refused(self, cell):
+        return sum(r["hits"] for r in cell.emu.admin("GET", "faults") if r.get("respond", {}).get("status") == 503)
+
+    def reached(self, cell, run):
+        if self.refused_before is None:
+            record, owed = upgrade_record(cell)
+            if record is None or record.get("phase") != "switch":
+                return False
+            cell.emu.faults([self.RULE])  # armed before the switch's restart can be settled
+            self.refused_before = -1
+            return False
+        record, owed = upgrade_record(cell)
+        switched = os.path.islink(cell.node.path(KUBE_CURRENT)) and \
+            os.readlink(cell.node.path(KUBE_CURRENT)) == f"v{UPGRADE_TO}"
+        if self.refused_before == -1:
+            if switched and not any(o.get("unit") == "kubelet" for o in owed):
+                self.refused_before = self._refused(cell)  # what the old kubelet was refused
+            return False
+        return self._refused(cell) > self.refused_before
+
+    def release(self, cell):
+        cell.emu.clear_faults()
+
+
+def _workloads(emu):
+    """A ReplicaSet's pod on the node: the drain has something to evict."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f",
+                                             "uid": "uid-web-5d4f", "controller": True}]},
+           "spec": {"nodeName": harness.MACHINE_NAME,
+                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]},
+           "status": {"phase": "Running"}}
+    emu.admin("POST", "kube/objects", {"cluster_id": C.CLUSTER_ID, "object": pod})
+
+
+def _joined_then_told_to_upgrade(cell, result):
+    """Join (a clean bootstrap), then the config names the next version; the raw snapshot of
+    the root before the join, with the new config in it (an unbootstrap keeps the config)."""
+    before_raw = cell.snapshot(raw=True)
+    code, summary, stderr, _ = cell.cli("bootstrap")
+    if code != 0:
+        result.notes.append(f"the join before the upgrade failed: {short(error_of(summary, stderr))}")
+        return None
+    harness.write_config(cell.root, cell.emu, cell.wrapper, extra=UPGRADE_CONFIG)
+    config = "/etc/aks-flex-node/aks-flex-node.conf"
+    before_raw[config] = cell.snapshot(raw=True)[config]
+    _workloads(cell.emu)
+    result.pre = cell.snapshot()
+    return before_raw
+
+
+def check_upgraded(cell, result):
+    """The Node reports the new kubelet, is schedulable, the pod was evicted, and the ledger
+    holds no upgrade and owes nothing."""
+    state = cell.emu.state()
+    node = {n["metadata"]["name"]: n for n in state["nodes"].get(C.CLUSTER_NAME, [])}.get(harness.MACHINE_NAME, {})
+    version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+    record, owed = upgrade_record(cell)
+    pods = state.get("kube_objects", {}).get(C.CLUSTER_ID.lower(), {}).get("pods", {})
+    problems = []
+    if version != f"v{UPGRADE_TO}":
+        problems.append(f"the Node reports kubelet {version}")
+    if (node.get("spec") or {}).get("unschedulable"):
+        problems.append("the Node is left cordoned")
+    if "default/web-1" in pods:
+        problems.append("the pod was not evicted")
+    if record is not None or owed:
+        problems.append(f"the ledger still holds {record} and owes {owed}")
+    if problems:
+        result.converged = False
+        result.notes.extend(problems)
+
+
+def upgrade_kill_cell(name, point, seconds_hint=25):
+    def run(cell, result):
+        before_raw = _joined_then_told_to_upgrade(cell, result)
+        if before_raw is None:
+            return
+        point.arm(cell)
+        watched = cell.watched("bootstrap")
+        deadline = time.monotonic() + KILL_POINT_TIMEOUT
+        reached = False
+        while watched.alive() and time.monotonic() < deadline:
+            watched.pump()
+            if point.reached(cell, watched):
+                reached = True
+                break
+        code = watched.kill()
+        point.release(cell)
+        record, _ = upgrade_record(cell)
+        result.notes.append(f"killed with the upgrade in phase {record.get('phase') if record else None}")
+        if not reached:
+            result.notes.append(f"kill point not reached (exit {code}): "
+                                f"{short(watched.stderr().splitlines()[-1:] or '')}")
+        result.exit_failing.append("kill -9" if code == -9 else code)
+        capture_failing(cell, result)
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+            check_upgraded(cell, result)
+            unbootstrap_and_compare(cell, result, before_raw)
+
+    return Cell("upgrade", f"kill -9 {name}", f"kill -9 {point.what}", run, seconds_hint=seconds_hint, mode="upgrade")
+
+
+def upgrade_reference_cell():
+    def run(cell, result):
+        before_raw = _joined_then_told_to_upgrade(cell, result)
+        if before_raw is not None and converge(cell, result):
+            check_azure_joined(cell, result)
+            check_upgraded(cell, result)
+            unbootstrap_and_compare(cell, result, before_raw)
+
+    return Cell("upgrade", REFERENCE, "none (the reference: an upgrade that succeeds)", run,
+                seconds_hint=25, mode="upgrade")
+
+
+def upgrade_enospc_cell():
+    """The new version's binaries do not fit: the run fails before anything is switched,
+    saying where; once space is freed the upgrade goes through."""
+    def run(cell, result):
+        target = cell.mount_tmpfs("/usr/local/lib", "4m")
+        if _joined_then_told_to_upgrade(cell, result) is None:
+            return
+        filler = cell.fill(target, 0)
+        code, summary, stderr, _ = cell.cli("bootstrap")
+        if code == 0:
+            result.notes.append("the upgrade fit in no space at all")
+        else:
+            result.exit_failing.append(code)
+            message = error_of(summary, stderr)
+            if "No space left" not in message or "/usr/local/lib" not in message:
+                result.notes.append("UNCLEAR: the error does not say that a file under /usr/local/lib "
+                                    "could not be written for lack of space")
+            result.notes.append(short(message, 160))
+            capture_failing(cell, result)
+            link = cell.node.path(KUBE_CURRENT)
+            if os.path.islink(link) and os.readlink(link) == f"v{UPGRADE_TO}":
+                result.notes.append("switched to a version whose binaries did not fit")
+                result.corrupted.append(f"{KUBE_CURRENT} (switched while failing)")
+        os.remove(filler)
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+            check_upgraded(cell, result)
+
+    return Cell("upgrade", "ENOSPC /usr/local/lib", "tmpfs 4m at /usr/local/lib, 0 B free, during the upgrade",
+                run, seconds_hint=25, mode="upgrade")
+
+
+def upgrade_cells():
+    """The kubelet upgrade (steps/kubelet_upgrade.py, docs/upgrade.md) killed in each of its
+    phases and short of space, judged against an upgrade that succeeds."""
+    return [
+        upgrade_reference_cell(),
+        upgrade_kill_cell("kubelet-upgrade (start)", PhaseStart("kubelet-upgrade")),
+        upgrade_kill_cell("drain (in an eviction)", Stall({"server": "apiserver", "method": "POST",
+                                                            "path_regex": EVICTION}, "in an eviction")),
+        upgrade_kill_cell("switch (in the kubelet's restart)", Hang("systemctl", "restart")),
+        upgrade_kill_cell("switch (waiting for Ready)", ReadyRefused()),
+        upgrade_enospc_cell(),
+    ]
+
+
 def all_cells():
     cells = [reference_cell()]
     # These join in Arc mode, where the machine phase does not run (agent_pool_cells); a join
@@ -537,6 +740,7 @@ def all_cells():
     cells += artifact_cells()
     cells += [two_bootstraps_cell(), agent_and_manual_cell()]
     cells += agent_pool_cells()
+    cells += upgrade_cells()
     # Kill points where no other branch is writing (a kill there is deterministic).
     for cell in cells:
         if cell.group == "kill -9" and cell.name in ("cluster (middle)", "services (middle)"):

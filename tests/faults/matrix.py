@@ -107,11 +107,16 @@ COLUMNS = ("cell", "fault", "converged", "time to converge (s)", "retries", "exi
            "files corrupted", "notes")
 
 EXPLAIN = """\
-- **cell**: the group (kill -9, ENOSPC, endpoint, artifact, concurrency, agent-pool) and
-  what is broken. The agent-pool cells join in agent-pool mode (docs/design.md, "Join
+- **cell**: the group (kill -9, ENOSPC, endpoint, artifact, concurrency, agent-pool,
+  upgrade) and what is broken. The agent-pool cells join in agent-pool mode (docs/design.md, "Join
   modes") with an operator's credential that may delete the pool's Machine, and are judged
   against their own clean run; their bootstrap token and the kubelet's certificates are new
   each run, so those files are checked whole, not compared.
+  The upgrade cells join, then the config names the next patch release
+  (`kubernetes_version`), with a ReplicaSet's pod on the node; they are judged against
+  an upgrade that succeeds: after convergence the Node reports the new kubelet, is
+  schedulable, the pod was evicted, and the ledger holds no upgrade and owes nothing
+  (docs/upgrade.md).
   Every cell has its own emulator (tests/emulator) and its own scratch root with the
   stand-in host commands (tests/fakes/bin); the bootstrap is the real CLI in a subprocess.
 - **fault**: how it is broken. kill -9 cells kill the bootstrap's process group at a phase's
