@@ -631,7 +631,7 @@ def check_upgraded(cell, result):
         result.notes.extend(problems)
 
 
-def upgrade_kill_cell(name, point, seconds_hint=25):
+def upgrade_kill_cell(name, point, seconds_hint=25, fast=False):
     def run(cell, result):
         before_raw = _joined_then_told_to_upgrade(cell, result)
         if before_raw is None:
@@ -659,7 +659,8 @@ def upgrade_kill_cell(name, point, seconds_hint=25):
             check_upgraded(cell, result)
             unbootstrap_and_compare(cell, result, before_raw)
 
-    return Cell("upgrade", f"kill -9 {name}", f"kill -9 {point.what}", run, seconds_hint=seconds_hint, mode="upgrade")
+    return Cell("upgrade", f"kill -9 {name}", f"kill -9 {point.what}", run, fast=fast, seconds_hint=seconds_hint,
+                mode="upgrade")
 
 
 def upgrade_reference_cell():
@@ -671,7 +672,7 @@ def upgrade_reference_cell():
             unbootstrap_and_compare(cell, result, before_raw)
 
     return Cell("upgrade", REFERENCE, "none (the reference: an upgrade that succeeds)", run,
-                seconds_hint=25, mode="upgrade")
+                fast=True, seconds_hint=25, mode="upgrade")
 
 
 def upgrade_enospc_cell():
@@ -714,7 +715,7 @@ def upgrade_cells():
         upgrade_kill_cell("kubelet-upgrade (start)", PhaseStart("kubelet-upgrade")),
         upgrade_kill_cell("drain (in an eviction)", Stall({"server": "apiserver", "method": "POST",
                                                             "path_regex": EVICTION}, "in an eviction")),
-        upgrade_kill_cell("switch (in the kubelet's restart)", Hang("systemctl", "restart")),
+        upgrade_kill_cell("switch (in the kubelet's restart)", Hang("systemctl", "restart"), fast=True),
         upgrade_kill_cell("switch (waiting for Ready)", ReadyRefused()),
         upgrade_enospc_cell(),
     ]

@@ -1,7 +1,8 @@
 """The fast subset of the fault matrix (tests/faults; `make faults` runs all of it): a clean
 run as the reference, kill -9 at two deterministic points, a full /etc, a throttled ARM, a
-truncated artifact, two bootstraps at once, and in agent-pool mode a clean run (its own
-reference) and a throttled listBootstrapData. Each must converge once the fault is gone and
+truncated artifact, two bootstraps at once, in agent-pool mode a clean run (its own
+reference) and a throttled listBootstrapData, and a kubelet upgrade (its own reference: one
+that succeeds) killed in the restart after the switch. Each must converge once the fault is gone and
 leave no file of ours corrupted (half-written while failing, or unlike the clean run's)."""
 
 import os
@@ -21,15 +22,16 @@ def results(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the ENOSPC cell mounts a tmpfs: needs root")
     parent = str(tmp_path_factory.mktemp("faults"))
-    return {r.name: r for r in matrix.run_cells(FAST, workers=len(FAST), parent=parent)}
+    # Keyed by group and name: every join mode has its own "clean run".
+    return {f"{r.group}: {r.name}": r for r in matrix.run_cells(FAST, workers=len(FAST), parent=parent)}
 
 
 def test_the_subset_has_a_cell_of_every_group():
     assert {c.group for c in FAST} == {"baseline", "kill -9", "ENOSPC", "endpoint", "artifact", "concurrency",
-                                           "agent-pool"}
+                                           "agent-pool", "upgrade"}
 
 
-@pytest.mark.parametrize("name", [c.name for c in FAST])
+@pytest.mark.parametrize("name", [f"{c.group}: {c.name}" for c in FAST])
 def test_cell_converges_and_corrupts_nothing(results, name):
     r = results[name]
     assert r.converged, "; ".join(r.notes)
@@ -39,7 +41,7 @@ def test_cell_converges_and_corrupts_nothing(results, name):
 
 def test_kill_9_is_followed_by_a_clean_unbootstrap(results):
     for r in results.values():
-        if r.group == "kill -9":
+        if r.group == "kill -9" or r.name.startswith("kill -9"):
             assert r.exit_failing == ["kill -9"] and r.unbootstrap_clean, (r.name, r.notes)
 
 
@@ -51,12 +53,12 @@ def test_a_full_etc_fails_with_a_clear_error_then_converges(results):
 
 
 def test_throttling_is_retried_within_the_run(results):
-    r = results["arm 429"]
+    r = results["endpoint: arm 429"]
     assert r.retries == str(cells.BURST) and r.exit_failing == [], (r.retries, r.exit_failing, r.notes)
 
 
 def test_two_bootstraps_at_once_one_waits_its_turn(results):
-    r = results["two bootstraps"]
+    r = results["concurrency: two bootstraps"]
     assert r.exit_failing in ([], [75]), r.notes
 
 
