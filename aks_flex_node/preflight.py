@@ -269,6 +269,7 @@ def check_himds(ctx):
     if not _arc_mode(ctx):
         return None
     shown = Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
+    ctx.data.azcmagent_shown = shown
     if not shown or str(shown.get("status", "")).lower() != "connected":
         return None  # nothing to reach before the machine is connected
     # HIMDS is on this machine: always direct, whatever the proxy settings (azure/himds.py).

@@ -21,6 +21,9 @@ class JoinData:
     principal_id: Optional[str] = None  # owner: arc (the machine's managed identity)
     preflight: List[Any] = dataclasses.field(default_factory=list)  # owner: preflight
     node_token: Any = None  # the node identity's API server token, reused within a run
+    # owner: preflight: its `azcmagent show -j`, read before this run changed anything; the
+    # arc phase's check reuses it (one agent call per run, not two)
+    azcmagent_shown: Optional[dict] = None
     # owner: cluster, in agent-pool mode: the config keys the pool's bootstrap data gives
     pool_values: Optional[dict] = None
     # owner: cluster, in the TLS bootstrap modes: a secret, never persisted (the ledger

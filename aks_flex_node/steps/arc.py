@@ -121,7 +121,8 @@ class ArcStep(Step):
                      "a run killed while azcmagent ran left them (they hold an ARM access token)",
                      agent.remove_leftover_config_files)
         plan_agent_proxy(ctx, plan, self.name, agent)
-        shown = agent.show() or {}
+        # Preflight's reading, when it made one: nothing of this run has touched the agent since.
+        shown = ctx.data.azcmagent_shown or agent.show() or {}
         location = ctx.data.arc_location or cfg.arc_location
         settings = connect_settings(cfg, location)
         connected = agent.is_connected(settings, shown)

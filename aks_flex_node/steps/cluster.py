@@ -1,5 +1,7 @@
 """Facts about the target cluster: where it is, which Kubernetes it runs, its API server."""
 
+import concurrent.futures
+
 from aks_flex_node.engine.step import CREDENTIALS, Plan, Step
 from aks_flex_node.errors import FlexNodeError
 
@@ -25,12 +27,20 @@ class ClusterStep(Step):
 
         if agentpool.tls_bootstrap(ctx.base_config):
             return agentpool.read_join_facts(ctx)
+        from aks_flex_node.azure import auth
+
         cfg = ctx.config
-        cluster = aks.get_cluster(ctx.azure.clients, cfg.cluster)
+        clients = ctx.azure.clients
+        # The operator's token first: two reads at once would each ask Entra for one.
+        auth.arm_token(ctx.azure.credential, cfg.endpoints.arm_scope)
         # Every host change waits for this step (steps/workflow.py): a missing permission
-        # fails here, before the host or Azure is touched.
-        permissions.require_join_permissions(ctx.azure.clients, cfg.cluster, cfg.subscription_id,
-                                             cfg.arc_resource_group)
+        # fails here, before the host or Azure is touched. The permission reads go at the
+        # same time as the cluster's: they are most of a converged run's waiting on ARM.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            granted = pool.submit(permissions.require_join_permissions, clients, cfg.cluster,
+                                  cfg.subscription_id, cfg.arc_resource_group)
+            cluster = aks.get_cluster(clients, cfg.cluster)  # its error first, as before
+            granted.result()
         if not cluster.azure_rbac:
             # The node authenticates with its Arc identity's Entra token; only Azure RBAC
             # for Kubernetes turns that identity's role assignments into API permissions.

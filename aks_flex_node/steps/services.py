@@ -31,25 +31,27 @@ class ServicesStep(Step):
         if reload_why:
             plan.add("reload systemd units", reload_why,
                      lambda: self._pay(ctx, RELOAD, "systemd", systemd.daemon_reload))
+        states = ctx.host.systemd.states(UNITS)
         for unit in UNITS:
-            self._plan_unit(ctx, plan, unit, _reasons(owed, RESTART, unit))
+            self._plan_unit(ctx, plan, unit, states[unit], _reasons(owed, RESTART, unit))
         if not plan.actions:
             plan.noop_reason = "containerd and kubelet enabled and running; no restart owed"
         return plan
 
-    def _plan_unit(self, ctx, plan, unit, restart_why):
+    def _plan_unit(self, ctx, plan, unit, state, restart_why):
         systemd = ctx.host.systemd
+        enabled, active = state
 
         def enable():
             systemd.enable(unit)
             ctx.ledger.record(self.name, "unit", unit)
 
-        if not systemd.is_enabled(unit):
+        if not enabled:
             plan.add(f"enable {unit}", "it is not enabled", enable)
         elif not ctx.ledger.has("unit", unit) and ctx.ledger.has(
                 "file", f"/etc/systemd/system/{unit}.service"):
             ctx.adopt(self.name, "unit", unit)  # enabled by an earlier run whose record was lost
-        if not systemd.is_active(unit):
+        if not active:
             # A start reads everything afresh: it pays any restart owed too.
             plan.add(f"start {unit}", "it is not running",
                      lambda: self._pay(ctx, RESTART, unit, lambda: systemd.start(unit)))

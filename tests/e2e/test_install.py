@@ -1,6 +1,8 @@
 """Scenario 1: a preseeded, unattended `apt-get install aks-flex-node` from the repository
 joins the node: Arc machine, roles, containerd and kubelet running, node Ready."""
 
+import json
+
 import pytest
 
 from tests.e2e import node as n
@@ -62,3 +64,10 @@ def test_preseeded_install_joins_the_node(node, mirror, debs):
     leaks = node.c.run(["grep", "-r", "-l", "-F", "-f", "-", "/etc", "/var", "/root"], check=False,
                        input=C.SP_CLIENT_SECRET + "\n")
     assert leaks.stdout.split() == ["/etc/aks-flex-node/sp-client-secret"]
+
+    # Run again under the real systemd: nothing changes, and both units are read as enabled
+    # and running from one `systemctl show` (host/systemd.py Systemd.states).
+    again = node.c.run(["aks-flex-node", "bootstrap", "--json"], check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    changed = {p["name"]: p["changes"] for p in json.loads(again.stdout)["phases"] if p["changes"]}
+    assert changed == {}, changed

@@ -31,6 +31,26 @@ def test_a_stopped_kubelet_is_started_without_touching_anything_else(node):
     assert changed == {"services": ["start kubelet"]}, changed
 
 
+def test_a_converged_run_asks_each_thing_once(node):
+    """What a converged re-run costs (make bench times it): one `azcmagent show` (preflight
+    reads it, the arc phase reuses it), one systemctl call for both units, one Entra token
+    for the cluster and permission reads made at the same time, and no ARM write."""
+    node.cli("bootstrap", check=True)
+    node.emu.admin("DELETE", "requests")
+    before = len(node.fake.calls())
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0 and not any(p["changes"] for p in summary["phases"]), proc.stderr
+    calls = node.fake.calls()[before:]
+    assert [c for c in calls if c[0] == "azcmagent"] == [["azcmagent", "show", "-j"]]
+    assert [c for c in calls if c[0] == "systemctl"] == [
+        ["systemctl", "show", "--property=UnitFileState,ActiveState", "containerd.service", "kubelet.service"]]
+    assert len(node.emu.requests(server="entra", method="POST")) == 1
+    arm = node.emu.requests(server="arm")
+    assert [r["method"] for r in arm if r["method"] not in ("GET", "POST")] == []
+    assert [r for r in arm if r["method"] == "POST"] == [
+        r for r in arm if r["path"].endswith("/listClusterUserCredential")], "a read, not a write"
+
+
 def test_unbootstrap_with_azure_unreachable_cleans_locally_and_lists_leftovers(node):
     node.cli("bootstrap", check=True)
     emu = node.emu

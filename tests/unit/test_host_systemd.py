@@ -31,6 +31,16 @@ case "$1" in
   enable) drop enabled; echo "$unit" >> "$state/enabled"
           if [ "$2" = --now ]; then drop active; echo "$unit" >> "$state/active"; fi ;;
   disable) drop enabled; if [ "$2" = --now ]; then drop active; fi ;;
+  show)
+    # systemctl show without a manager to ask (a chroot) fails, as the real one does.
+    if [ -e "$state/no-manager" ]; then echo "Failed to connect to bus: Host is down" >&2; exit 1; fi
+    shift; first=1
+    for u in "$@"; do
+      case "$u" in -*) continue ;; esac
+      [ -n "$first" ] || echo; first=
+      if grep -qxF "$u" "$state/active"; then echo ActiveState=active; else echo ActiveState=inactive; fi
+      if grep -qxF "$u" "$state/enabled"; then echo UnitFileState=enabled; else echo UnitFileState=disabled; fi
+    done ;;
 esac
 exit 0
 """
@@ -86,6 +96,23 @@ def test_enable_now_then_queries_answer_yes(node):
         "systemctl is-enabled kubelet.service",
         "systemctl is-active kubelet.service",
     ]
+
+
+def test_states_of_several_units_take_one_systemctl_call(node):
+    sd = node.systemd
+    sd.enable("kubelet", now=True)
+    sd.enable("containerd")
+    assert sd.states(["containerd", "kubelet", "himdsd"]) == {
+        "containerd": (True, False), "kubelet": (True, True), "himdsd": (False, False)}
+    assert node.calls()[-1:] == [
+        "systemctl show --property=UnitFileState,ActiveState containerd.service kubelet.service himdsd.service"]
+
+
+def test_states_without_a_manager_to_ask_fall_back_to_is_enabled_and_is_active(node, tmp_path):
+    node.systemd.enable("kubelet", now=True)
+    (tmp_path / "state" / "no-manager").touch()
+    assert node.systemd.states(["kubelet", "containerd"]) == {"kubelet": (True, True), "containerd": (False, False)}
+    assert [c.split()[1] for c in node.calls()[-5:]] == ["show", "is-enabled", "is-active", "is-enabled", "is-active"]
 
 
 def test_lifecycle_calls_and_state(node):
