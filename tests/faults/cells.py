@@ -270,6 +270,28 @@ class PhaseStart:
         pass
 
 
+def bootstrap_killed_at(cell, result, point):
+    """Start `bootstrap`, kill -9 its process group once `point` is reached (or the run
+    ended, or KILL_POINT_TIMEOUT passed), and note what happened; then what the killed run
+    left on the root."""
+    point.arm(cell)
+    watched = cell.watched("bootstrap")
+    deadline = time.monotonic() + KILL_POINT_TIMEOUT
+    reached = False
+    while watched.alive() and time.monotonic() < deadline:
+        watched.pump()
+        if point.reached(cell, watched):
+            reached = True
+            break
+    code = watched.kill()
+    point.release(cell)
+    if not reached:
+        result.notes.append(f"kill point not reached (the run {'ended' if code >= 0 else 'timed out'}, "
+                            f"exit {code}): {short(watched.stderr().splitlines()[-1:] or '')}")
+    result.exit_failing.append("kill -9" if code == -9 else code)
+    capture_failing(cell, result)
+
+
 def kill_cell(phase, when, mode="arc"):
     middle = MIDDLE_AGENT_POOL.get(phase) if mode == "agent-pool" else None
     point = PhaseStart(phase) if when == "start" else (middle or MIDDLE[phase])
@@ -277,22 +299,7 @@ def kill_cell(phase, when, mode="arc"):
     def run(cell, result):
         before_raw = cell.snapshot(raw=True)
         result.pre = cell.snapshot()
-        point.arm(cell)
-        watched = cell.watched("bootstrap")
-        deadline = time.monotonic() + KILL_POINT_TIMEOUT
-        reached = False
-        while watched.alive() and time.monotonic() < deadline:
-            watched.pump()
-            if point.reached(cell, watched):
-                reached = True
-                break
-        code = watched.kill()
-        point.release(cell)
-        if not reached:
-            result.notes.append(f"kill point not reached (the run {'ended' if code >= 0 else 'timed out'}, "
-                                f"exit {code}): {short(watched.stderr().splitlines()[-1:] or '')}")
-        result.exit_failing.append("kill -9" if code == -9 else code)
-        capture_failing(cell, result)
+        bootstrap_killed_at(cell, result, point)
         if converge(cell, result):
             check_azure_joined(cell, result)
             unbootstrap_and_compare(cell, result, before_raw)
@@ -636,24 +643,9 @@ def upgrade_kill_cell(name, point, seconds_hint=25, fast=False):
         before_raw = _joined_then_told_to_upgrade(cell, result)
         if before_raw is None:
             return
-        point.arm(cell)
-        watched = cell.watched("bootstrap")
-        deadline = time.monotonic() + KILL_POINT_TIMEOUT
-        reached = False
-        while watched.alive() and time.monotonic() < deadline:
-            watched.pump()
-            if point.reached(cell, watched):
-                reached = True
-                break
-        code = watched.kill()
-        point.release(cell)
+        bootstrap_killed_at(cell, result, point)
         record, _ = upgrade_record(cell)
         result.notes.append(f"killed with the upgrade in phase {record.get('phase') if record else None}")
-        if not reached:
-            result.notes.append(f"kill point not reached (exit {code}): "
-                                f"{short(watched.stderr().splitlines()[-1:] or '')}")
-        result.exit_failing.append("kill -9" if code == -9 else code)
-        capture_failing(cell, result)
         if converge(cell, result):
             check_azure_joined(cell, result)
             check_upgraded(cell, result)
