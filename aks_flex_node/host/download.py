@@ -19,6 +19,7 @@ sends the whole body, and the download starts over; without a validator it alway
 The sha256 is computed as the bytes arrive, across attempts: one pass over the body.
 """
 
+import errno
 import hashlib
 import http.client
 import logging
@@ -366,7 +367,28 @@ class Downloader:
             fd, tmp = tempfile.mkstemp(prefix=f".download-{os.getpid()}.", suffix=".part",
                                        dir=self.cache_dir)
         except OSError as e:
-            raise DownloadError(f"cannot save {url} in {self.cache_dir}: {e.strerror or e}") from e
+            raise self._cannot_save(url, self.cache_dir, e) from e
+        try:
+            size = self._write_part(url, fd, tmp, final, sha256)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        log.info("downloaded %s: %d bytes in %.1fs", url, size, time.monotonic() - started)
+
+    def _cannot_save(self, url, path, err):
+        """The error for a local write that failed (a full or read-only file system),
+        naming the file it was writing."""
+        reason = err.strerror or str(err)
+        remedy = (f"free space on the file system of {self.cache_dir}, or set cache_dir to one with room "
+                  "(docs/configuration.md)") if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
+        return DownloadError(f"cannot save {url} as {path}: {reason}", remedy=remedy)
+
+    def _write_part(self, url, fd, tmp, final, sha256):
+        """Receive `url` into the part file `tmp` (open as `fd`), verify it and rename it to
+        `final`; its size."""
         try:
             with os.fdopen(fd, "wb") as out:
                 part = _Partial(out)
@@ -382,13 +404,11 @@ class Downloader:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        log.info("downloaded %s: %d bytes in %.1fs", url, part.size, time.monotonic() - started)
+        except OSError as e:
+            # The part file's buffered writes, flush, fsync, close and rename: the network
+            # side's errors arrive as DownloadError (_receive).
+            raise self._cannot_save(url, tmp, e) from e
+        return part.size
 
     def _receive(self, url, part):
         """One attempt: the rest of the body after `part.size` bytes (all of it when the
@@ -429,10 +449,7 @@ class Downloader:
                 if part.size > MAX_DOWNLOAD_BYTES:
                     raise DownloadError(f"cannot download {url}: larger than {MAX_DOWNLOAD_BYTES} bytes")
                 part.digest.update(chunk)
-                try:
-                    part.out.write(chunk)
-                except OSError as e:
-                    raise DownloadError(f"cannot save {url} in {self.cache_dir}: {e.strerror or e}") from e
+                part.out.write(chunk)  # an OSError here is the file's: _write_part names it
             # http.client does not raise IncompleteRead for a body cut short when it is
             # read in chunks (see HTTPResponse.read(amt)): compare with Content-Length.
             expected = response.headers.get("Content-Length")

@@ -8,6 +8,7 @@ import os
 import socket
 import ssl
 import stat
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -622,3 +623,30 @@ def test_a_partial_download_a_killed_run_left_is_removed_and_a_live_one_kept(ser
     downloader(cache).fetch(url, sha(b"node binaries"))
     assert not dead.exists() and live.exists()
     assert sorted(p.name for p in cache.iterdir() if p.name.endswith(".part")) == [live.name]
+
+
+@pytest.fixture
+def full_cache(tmp_path):
+    """A cache directory on a 64 KiB tmpfs (root only: it mounts one)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount / "var/cache/aks-flex-node"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_cache_file_system_is_an_error_naming_the_file_and_what_to_do(server, full_cache):
+    body = os.urandom(300_000)  # more than the file system holds
+    url = server.serve("/kubernetes-node.tar.gz", body)
+    with pytest.raises(DownloadError) as caught:
+        downloader(full_cache).fetch(url, sha(body))
+    message = str(caught.value)
+    assert f"cannot save {url} as {full_cache}/.download-" in message and "No space left on device" in message
+    assert "cache_dir" in caught.value.remedy and str(full_cache) in caught.value.remedy
+    assert caught.value.exit_code == ExitCode.FAILED
+    assert os.listdir(full_cache) == [], "the part file is removed"
+    assert server.count("/kubernetes-node.tar.gz") == 1, "a full disk is not retried"
