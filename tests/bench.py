@@ -23,21 +23,36 @@ tree installed into a scratch venv (made with --system-site-packages, so Debian'
 modules are there), its `aks-flex-node` console script run as a whole process, median of
 CLI_RUNS; the venv's bare interpreter start is printed beside them as the floor.
 
+The real-size profile: a BIG_MB MB kubernetes-node tarball (random bytes, so gzip cannot
+shrink it) placed in the emulator's mirror, served at BIG_RATE bytes per second with a strong
+ETag and Range support (tests/emulator/artifacts.py). Its floor is reading the bytes at that
+rate and throwing them away; the figure is the kubernetes phase alone (`bootstrap --phase
+kubernetes` on a fresh node pinned to that version: download with the sha256 taken on the
+way, verify, list and extract the members, write them), from the run's own summary. Then the
+same on a fresh node whose transfer the mirror cuts at half (the truncate fault, once): the
+bytes the mirror sent in all, and the Range header of each GET.
+
 The agent's memory: `aks-flex-node agent` on the joined node, its VmRSS read from /proc while
 it waits between passes (after its first, full pass and after a local one).
 """
 
+import io
 import json
 import os
 import pathlib
+import re
 import resource
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import urllib.request
 
+from aks_flex_node.host import download
 from tests import harness
 from tests.emulator_fixtures import FakeHost, start_emulator, stop_fake_units
 
@@ -57,17 +72,25 @@ GOALS = {
     "token --help (ms)": 80,
     "token, cached (ms)": 80,
     "agent resident (MB)": 35,
+    "big artifact / plain read": 1.2,
 }
 
+# The real-size profile: a kubernetes-node tarball of BIG_MB MB, incompressible (random
+# bytes, as a stripped Go binary nearly is), served at BIG_RATE bytes per second.
+BIG_MB = 100
+BIG_RATE = 50 * 1024 * 1024
+BIG_VERSION = "1.30.9"
+BIG_NAME = f"kubernetes-node-v{BIG_VERSION}-linux-amd64.tar.gz"
 
-def make_node(emu, base):
+
+def make_node(emu, base, config=None):
     fake = FakeHost(emu, base)
     root = str(fake.root)
     harness.prepare_root(root)
     keys = os.path.join(root, "var/opt/azcmagent/tokens")
     os.makedirs(os.path.dirname(keys), exist_ok=True)
     os.symlink(emu.himds_key_dir, keys)
-    harness.write_config(root, emu, harness.exec_plugin_wrapper(str(base)))
+    harness.write_config(root, emu, harness.exec_plugin_wrapper(str(base)), extra=config)
     node = harness.Node(root, str(fake.state_dir), emu, fake.env)
     node.fake = fake
     return node
@@ -252,6 +275,67 @@ def resident_after_import(*modules):
 # ---- the report ---------------------------------------------------------------------------------
 
 
+# ---- the real-size artifact -----------------------------------------------------------------
+
+
+def big_tarball(path):
+    """A kubernetes-node tarball of about BIG_MB MB: a kubelet of random bytes (it is never
+    run here) and the small kubectl and kubeadm, gzip level 1 (random bytes do not shrink)."""
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        for name, size in (("kubelet", BIG_MB << 20), ("kubectl", 1 << 20), ("kubeadm", 1 << 20)):
+            info = tarfile.TarInfo(f"kubernetes/node/bin/{name}")
+            info.size, info.mode, info.mtime = size, 0o755, 1700000000
+            tar.addfile(info, io.BytesIO(os.urandom(size)))
+    return path
+
+
+def plain_read(url, ca_bundle):
+    """Seconds to read `url`'s body and throw it away: the floor of any download of it."""
+    context = ssl.create_default_context(cafile=ca_bundle)
+    started = time.monotonic()
+    with urllib.request.urlopen(url, context=context, timeout=120) as response:
+        while response.read(1 << 20):
+            pass
+    return time.monotonic() - started
+
+
+def phase_seconds(summary, name):
+    return next(p["duration_s"] for p in summary["phases"] if p["name"] == name)
+
+
+def big_artifact_profile(emu, base):
+    """(plain read s, install s, resumed install s, bytes sent for the resumed one, size):
+    the kubernetes phase of a node pinned to BIG_VERSION (download with the hash taken on
+    the way, verify, extract, write), timed by its own summary; then again on a fresh node
+    whose download is cut at half (the truncate fault, once)."""
+    emu.reset()
+    base.mkdir(parents=True, exist_ok=True)
+    tarball = big_tarball(base / BIG_NAME)
+    size = tarball.stat().st_size
+    emu.admin("POST", "artifacts", {"name": BIG_NAME, "path": str(tarball)})
+    emu.settings(artifact_rate=BIG_RATE, rbac_propagation_delay=0)
+    url = f"{emu.artifacts}/{BIG_NAME}"
+    read = plain_read(url, emu.ca_bundle)
+    pinned = {"kubernetes_version": BIG_VERSION}
+    node = make_node(emu, base / "whole", pinned)
+    _, summary = timed_json(node, "bootstrap", "--phase", "kubernetes")
+    install = phase_seconds(summary, "kubernetes")
+    before = len(emu.state()["artifact_downloads"])
+    cut = size // 2
+    emu.faults([{"match": {"server": "artifacts", "path_regex": re.escape(BIG_NAME) + "$", "times": 1},
+                 "truncate": cut}])
+    node = make_node(emu, base / "resumed", pinned)
+    _, summary = timed_json(node, "bootstrap", "--phase", "kubernetes")
+    resumed = phase_seconds(summary, "kubernetes")
+    # What the mirror sent: the cut first answer, then each Range's rest of the file.
+    gets = [d for d in emu.state()["artifact_downloads"][before:] if d["file"] == BIG_NAME and d["method"] == "GET"]
+    sent = sum(cut if i == 0 else size - int(re.match(r"bytes=(\d+)-", d["range"] or "bytes=0-").group(1))
+               for i, d in enumerate(gets))
+    emu.clear_faults()
+    emu.settings(artifact_rate=0)
+    return read, install, resumed, sent, size, [d["range"] for d in gets]
+
+
 def row(name, value, unit, goal=None, goal_key=None):
     goal = GOALS.get(goal_key) if goal_key else goal
     judged = "" if goal is None else f"goal <= {goal:g}{unit}  {'met' if value <= goal else 'NOT MET'}"
@@ -271,6 +355,7 @@ def main():
         node.fake.stop_units()
         _seq_node, sequential, seq_summary = join_profile(emu, base / "sequential", "--sequential")
         _seq_node.fake.stop_units()
+        big = big_artifact_profile(emu, base / "big")
     finally:
         stop_fake_units(base / "concurrent" / "fake-state")
         stop_fake_units(base / "sequential" / "fake-state")
@@ -304,6 +389,17 @@ def main():
         wall, cpu = light[name]
         label = name.replace(" (ms)", "") + (f", median of {COLD_TOKEN_CALLS}" if "cold" in name else "")
         row(f"{label} [{cpu:.0f} ms CPU]", wall, " ms", goal_key=name if name in GOALS else None)
+
+    read, install, resumed, sent, size, ranges = big
+    print(f"\na {size / 1e6:.0f} MB kubernetes-node tarball served at {BIG_RATE / 1e6:.0f} MB/s"
+          f" (the kubernetes phase alone, from its summary):")
+    row("plain read of the bytes", read, " s")
+    row("download + verify + extract", install, " s")
+    row("big artifact / plain read", install / read, "x", goal_key="big artifact / plain read")
+    row("cut at half, then resumed", resumed, " s")
+    print(f"    (with the downloader's {download.BACKOFF:g} s wait before its retry)")
+    print(f"    Range resume: fetched {sent / 1e6:.1f} MB for a {size / 1e6:.1f} MB file "
+          f"(goal: about the file's size, not more); the GETs' Range headers: {ranges}")
 
     print("\nthe agent between passes (VmRSS after the full pass, then after local passes):")
     row("agent resident (MB)", max(agent_rss), " MB", goal_key="agent resident (MB)")

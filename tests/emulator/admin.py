@@ -20,6 +20,9 @@ POST /kube/objects     {"cluster_id", "object"}: put a Pod, PodDisruptionBudget 
                        cluster's apiserver stand-in as the controllers would have left it (kube_pods.py);
                        the same name again replaces it (e.g. a budget's status, to free an eviction)
 DELETE /requests       clear the request log
+POST /artifacts        {"name", "path"}: the mirror serves the file at `path` (on this machine) as
+                       `name`, with its .sha256, instead of a generated stand-in (tests/bench.py's
+                       real-size artifact)
 GET  /throttling       ARM throttling (throttling.py): figures, bucket levels, 429 count and the
                        ledger of subscription-level ARM calls (`?since=N`: from entry N on; the
                        answer's `next` is where the following call should start)
@@ -145,6 +148,18 @@ def handle(app, req):
         return _add_cluster(app, _object(req))
     if route == "clusters/upgrade" and method == "POST":
         return _upgrade_control_plane(state, _object(req))
+    if route == "artifacts" and method == "POST":
+        body = _object(req)
+        name, path = body.get("name"), body.get("path")
+        if not isinstance(name, str) or not name or "/" in name or name.endswith(".sha256"):
+            raise _bad(f"name = {name!r}: expected an artifact file name (no '/', not a .sha256)")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except (OSError, TypeError) as e:
+            raise _bad(f"path = {path!r}: expected a readable file ({e})")
+        app.mirror.place(name, data)
+        return Response.json(201, {"name": name, "bytes": len(data)})
     if route == "agentpools" and method == "POST":
         return _add_agent_pool(app, _object(req))
     if route == "resourcegroups" and method == "POST":

@@ -7,6 +7,7 @@ killed); the kubelet is tests/fakes/kubelet.py with its version filled in. Outpu
 byte-for-byte reproducible (fixed mtimes, gzip mtime 0), so checksums survive restarts.
 """
 
+import email.utils
 import gzip
 import hashlib
 import io
@@ -152,20 +153,48 @@ def build(filename):
 
 
 class Mirror:
-    """Generated artifacts, cached in memory."""
+    """Generated artifacts, cached in memory with their strong validator; files a test
+    placed (`place`: a real-size artifact for tests/bench.py) come before generated ones."""
 
     def __init__(self):
         self._cache = {}
         self._lock = threading.Lock()
 
+    def place(self, filename, data):
+        with self._lock:
+            self._cache[filename] = (data, f'"{hashlib.sha256(data).hexdigest()}"')
+
     def get(self, filename):
+        """(bytes, ETag) of `filename`, or None when no artifact has that name."""
         with self._lock:
             if filename not in self._cache:
                 data = build(filename)
                 if data is None:
                     return None
-                self._cache[filename] = data
+                self._cache[filename] = (data, f'"{hashlib.sha256(data).hexdigest()}"')
             return self._cache[filename]
+
+
+# Every artifact was last modified when the emulator's fixed archive mtime says.
+LAST_MODIFIED = email.utils.formatdate(_MTIME, usegmt=True)
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
+def _ranged(req, data, etag, headers, content_type):
+    """The answer to a GET with a Range header (RFC 9110 section 14.2): 206 with that part
+    and its Content-Range, 416 when it starts past the end, the whole 200 when If-Range
+    names another version (section 13.1.5) or the range is not one this mirror serves
+    (several ranges, suffix ranges: a server may ignore Range, section 14.2)."""
+    match = _RANGE.fullmatch(req.headers.get("Range", "").strip())
+    if_range = req.headers.get("If-Range")
+    if match is None or (if_range is not None and if_range not in (etag, LAST_MODIFIED)):
+        return Response(200, data, headers, content_type)
+    first = int(match.group(1))
+    last = min(int(match.group(2)), len(data) - 1) if match.group(2) else len(data) - 1
+    if first >= len(data) or last < first:
+        return Response(416, b"", dict(headers, **{"Content-Range": f"bytes */{len(data)}"}))
+    return Response(206, data[first:last + 1],
+                    dict(headers, **{"Content-Range": f"bytes {first}-{last}/{len(data)}"}), content_type)
 
 
 def handle(app, req):
@@ -175,16 +204,24 @@ def handle(app, req):
     name = seg[1] if len(seg) == 2 else ""
     checksum = name.endswith(".sha256")
     base = name[: -len(".sha256")] if checksum else name
-    data = app.mirror.get(base) if base else None
+    found = app.mirror.get(base) if base else None
     with app.state.lock:
         app.state.data["artifact_downloads"].append(
-            {"file": name, "method": req.method, "time": time.time(), "found": data is not None})
+            {"file": name, "method": req.method, "time": time.time(), "found": found is not None,
+             "range": req.headers.get("Range")})
         app.state.mark_dirty()
-    if data is None:
+    if found is None:
         known = "; ".join(p.pattern for p in PATTERNS.values())
         raise HttpError(Response(404, f"no artifact named {name!r}; known name patterns: {known}\n",
                                  content_type="text/plain; charset=utf-8"))
+    data, etag = found
     if checksum:
-        return Response(200, f"{hashlib.sha256(data).hexdigest()}  {base}\n", content_type="text/plain; charset=utf-8")
+        return Response(200, f"{etag.strip(chr(34))}  {base}\n", content_type="text/plain; charset=utf-8")
     content_type = "application/gzip" if base.endswith(("gz", "tgz")) else "application/octet-stream"
-    return Response(200, data, content_type=content_type)
+    headers = {"ETag": etag, "Last-Modified": LAST_MODIFIED, "Accept-Ranges": "bytes"}
+    if req.method == "GET" and "Range" in req.headers:
+        response = _ranged(req, data, etag, headers, content_type)
+    else:
+        response = Response(200, data, headers, content_type)
+    response.rate = app.state.settings.get("artifact_rate") or None
+    return response

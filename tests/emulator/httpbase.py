@@ -8,6 +8,7 @@ Content-Length, because the SDKs pool connections.
 import json
 import socket
 import ssl
+import time
 import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,6 +70,7 @@ class Response:
         self.body = body if isinstance(body, bytes) else body.encode()
         self.headers = dict(headers or {})
         self.truncate = None  # the "truncate" fault: send only this many bytes of the body
+        self.rate = None  # bytes per second the body is sent at (None: at once)
         if content_type and self.body:
             self.headers.setdefault("Content-Type", content_type)
 
@@ -131,11 +133,28 @@ class RequestHandler(BaseHTTPRequestHandler):
             if response.truncate is not None:
                 # A transfer cut short: the whole length announced, part of the body sent,
                 # then the connection closed (a proxy or mirror dying mid-download).
-                self.wfile.write(response.body[:response.truncate])
+                self._write_body(response.body[:response.truncate], response.rate)
                 self.wfile.flush()
                 self.close_connection = True
                 return
-            self.wfile.write(response.body)
+            self._write_body(response.body, response.rate)
+
+    PACE_CHUNK = 64 * 1024
+
+    def _write_body(self, body, rate):
+        """Send `body`, at most `rate` bytes per second when given (paced per 64 KiB)."""
+        if not rate:
+            self.wfile.write(body)
+            return
+        started = time.monotonic()
+        view = memoryview(body)
+        for offset in range(0, len(body), self.PACE_CHUNK):
+            chunk = view[offset:offset + self.PACE_CHUNK]
+            # No byte leaves before its time at `rate`: the last one at len(body) / rate.
+            early = (offset + len(chunk)) / rate - (time.monotonic() - started)
+            if early > 0:
+                time.sleep(early)
+            self.wfile.write(chunk)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch
 

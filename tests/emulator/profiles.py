@@ -40,6 +40,9 @@ SETTINGS = {
     # (/subscriptions/{sub}/providers/...) or "provider" (/providers/..., as in the spec
     # examples in Azure/azure-rest-api-specs). Clients must compare by the trailing GUID.
     "role_definition_id_style": ("subscription", str),
+    # Bytes per second the artifact mirror sends a body at (0: as fast as loopback goes):
+    # a real mirror's or CDN's bandwidth, for tests/bench.py's big-artifact profile.
+    "artifact_rate": (0, int),
     # Role assignments allowed per subscription (4,000 in Azure: Learn
     # https://learn.microsoft.com/azure/role-based-access-control/troubleshoot-limits).
     "role_assignment_limit": (4000, int),

@@ -111,3 +111,67 @@ def test_artifacts_need_no_authentication_but_arm_does(fresh_emulator):
         "GET", f"{fresh_emulator.arm}/subscriptions/{C.SUBSCRIPTION_ID}?api-version=2022-12-01")
     assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer authorization_uri=")
     assert body["error"]["code"] == "AuthenticationFailed"
+
+
+# -- served as a CDN or blob store serves a file (RFC 9110) --------------------------------
+
+KUBE = "kubernetes-node-v1.30.4-linux-amd64.tar.gz"
+
+
+def test_a_file_carries_a_strong_validator_and_accepts_ranges(fresh_emulator):
+    status, headers, data = fresh_emulator.http("GET", f"{fresh_emulator.artifacts}/{KUBE}")
+    assert status == 200 and headers["Accept-Ranges"] == "bytes"
+    assert headers["ETag"] == f'"{hashlib.sha256(data).hexdigest()}"', "strong: no W/ prefix"
+    assert headers["Last-Modified"].endswith(" GMT")
+
+
+def test_a_range_gets_206_with_its_content_range_and_if_range_guards_it(fresh_emulator):
+    emu = fresh_emulator
+    _, headers, data = emu.http("GET", f"{emu.artifacts}/{KUBE}")
+    url, etag, size = f"{emu.artifacts}/{KUBE}", headers["ETag"], len(data)
+    status, got_headers, part = emu.http("GET", url, headers={"Range": "bytes=100-", "If-Range": etag})
+    assert status == 206 and part == data[100:]
+    assert got_headers["Content-Range"] == f"bytes 100-{size - 1}/{size}"
+    status, got_headers, part = emu.http("GET", url, headers={"Range": "bytes=0-9"})
+    assert status == 206 and part == data[:10] and got_headers["Content-Range"] == f"bytes 0-9/{size}"
+    # Another version's validator: the whole file, 200 (RFC 9110 section 13.1.5).
+    status, _, whole = emu.http("GET", url, headers={"Range": "bytes=100-", "If-Range": '"another"'})
+    assert status == 200 and whole == data
+    status, got_headers, _ = emu.http("GET", url, headers={"Range": f"bytes={size}-"})
+    assert status == 416 and got_headers["Content-Range"] == f"bytes */{size}"
+
+
+def test_a_placed_file_is_served_with_its_checksum_at_the_configured_rate(fresh_emulator, tmp_path):
+    emu = fresh_emulator
+    body = os.urandom(256 * 1024)
+    path = tmp_path / "big.tar.gz"
+    path.write_bytes(body)
+    emu.admin("POST", "artifacts", {"name": "kubernetes-node-v1.30.9-linux-amd64.tar.gz", "path": str(path)})
+    emu.settings(artifact_rate=512 * 1024)
+    started = time.monotonic()
+    status, _, got = emu.http("GET", f"{emu.artifacts}/kubernetes-node-v1.30.9-linux-amd64.tar.gz")
+    took = time.monotonic() - started
+    assert status == 200 and got == body
+    assert took >= 0.4, f"256 KiB at 512 KiB/s took {took:.2f} s"
+    _, _, checksum = emu.http("GET", f"{emu.artifacts}/kubernetes-node-v1.30.9-linux-amd64.tar.gz.sha256")
+    assert checksum.split()[0] == hashlib.sha256(body).hexdigest()
+
+
+def test_our_downloader_resumes_a_dropped_transfer_with_a_range(fresh_emulator, tmp_path):
+    """The download cut after 100 kB (the truncate fault, once): the second GET asks for the
+    rest with Range and If-Range, and the bytes sent in all are the file's, not twice that."""
+    from aks_flex_node.host import Downloader
+    from aks_flex_node.http_policy import HttpPolicy
+
+    emu = fresh_emulator
+    body = os.urandom(400_000)
+    path = tmp_path / "big.tar.gz"
+    path.write_bytes(body)
+    name = "kubernetes-node-v1.30.9-linux-amd64.tar.gz"
+    emu.admin("POST", "artifacts", {"name": name, "path": str(path)})
+    emu.faults([{"match": {"server": "artifacts", "path_regex": r"\.tar\.gz$", "times": 1}, "truncate": 100_000}])
+    downloader = Downloader(tmp_path / "cache", policy=HttpPolicy(ca_bundle=emu.ca_bundle), backoff=0.01)
+    got = downloader.fetch(f"{emu.artifacts}/{name}", hashlib.sha256(body).hexdigest())
+    assert got.read_bytes() == body
+    gets = [d for d in emu.state()["artifact_downloads"] if d["file"] == name]
+    assert [d["range"] for d in gets] == [None, "bytes=100000-"]
