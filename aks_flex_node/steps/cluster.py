@@ -31,8 +31,10 @@ class ClusterStep(Step):
 
         cfg = ctx.config
         clients = ctx.azure.clients
-        # The operator's token first: two reads at once would each ask Entra for one.
-        auth.arm_token(ctx.azure.credential, cfg.endpoints.arm_scope)
+        if cfg.auth_method != "azure-cli":
+            # The operator's token first: two reads at once would each ask Entra for one.
+            # (The Azure CLI credential keeps no token: each client runs `az` once anyway.)
+            auth.arm_token(ctx.azure.credential, cfg.endpoints.arm_scope)
         # Every host change waits for this step (steps/workflow.py): a missing permission
         # fails here, before the host or Azure is touched. The permission reads go at the
         # same time as the cluster's: they are most of a converged run's waiting on ARM.
