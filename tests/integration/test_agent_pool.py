@@ -207,7 +207,10 @@ def test_the_agent_asks_the_pool_for_a_token_only_when_the_kubelet_needs_one(poo
     proc = node.cli("agent", "--once")
     assert proc.returncode == 0, proc.stderr
     assert _minted(emu) == minted
-    assert _kubelet_status(node)["cert_serial"] != serial
+    # The node-ready phase saw the new certificate on disk; the stand-in kubelet notes its
+    # serial in its status file on its own time, a moment later.
+    from tests.integration.test_agent import wait_for
+    assert wait_for(lambda: _kubelet_status(node)["cert_serial"] != serial, 15), _kubelet_status(node)
     assert json.loads(node.read("/var/lib/kubelet/bootstrap-kubeconfig"))["users"][0]["user"]["token"] == token
 
     # Certificate and token both gone: the agent's local pass cannot fetch one (it asks
