@@ -304,7 +304,8 @@ def phase_seconds(summary, name):
 
 
 def big_artifact_profile(emu, base):
-    """(plain read s, install s, resumed install s, bytes sent for the resumed one, size):
+    """(plain read s, install s, resumed install s, bytes sent for the resumed one, size, the
+    resumed run's Range headers):
     the kubernetes phase of a node pinned to BIG_VERSION (download with the hash taken on
     the way, verify, extract, write), timed by its own summary; then again on a fresh node
     whose download is cut at half (the truncate fault, once)."""

@@ -61,20 +61,16 @@ class Systemd:
                                  ok_codes=ANY_EXIT_CODE)
         if result.skipped:
             return {unit: (False, False) for unit in units}
-        if result.returncode != 0:
-            # `show` asks the manager over D-Bus; is-enabled also reads unit files offline
-            # (a chroot): ask the old way rather than answer "no" for a unit that is enabled.
-            return {unit: (self.is_enabled(unit), self.is_active(unit)) for unit in units}
         # One block of KEY=VALUE lines per unit, in the order asked (an alias shows its
         # unit's Id), blocks separated by an empty line.
         blocks = [dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
                   for block in result.stdout.strip().split("\n\n")]
-        if len(blocks) != len(units):
+        if result.returncode != 0 or len(blocks) != len(units):
+            # `show` asks the manager over D-Bus; is-enabled also reads unit files offline
+            # (a chroot): ask the old way rather than answer "no" for a unit that is enabled.
             return {unit: (self.is_enabled(unit), self.is_active(unit)) for unit in units}
-        out = {}
-        for unit, props in zip(units, blocks):
-            out[unit] = (props.get("UnitFileState") in self.ENABLED_STATES, props.get("ActiveState") == "active")
-        return out
+        return {unit: (props.get("UnitFileState") in self.ENABLED_STATES, props.get("ActiveState") == "active")
+                for unit, props in zip(units, blocks)}
 
     def is_active(self, unit):
         result = self._systemctl("is-active", unit_name(unit), ok_codes=ANY_EXIT_CODE)

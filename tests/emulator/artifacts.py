@@ -162,16 +162,16 @@ class Mirror:
 
     def place(self, filename, data):
         with self._lock:
-            self._cache[filename] = (data, f'"{hashlib.sha256(data).hexdigest()}"')
+            self._cache[filename] = (data, hashlib.sha256(data).hexdigest())
 
     def get(self, filename):
-        """(bytes, ETag) of `filename`, or None when no artifact has that name."""
+        """(bytes, sha256 hex) of `filename`, or None when no artifact has that name."""
         with self._lock:
             if filename not in self._cache:
                 data = build(filename)
                 if data is None:
                     return None
-                self._cache[filename] = (data, f'"{hashlib.sha256(data).hexdigest()}"')
+                self._cache[filename] = (data, hashlib.sha256(data).hexdigest())
             return self._cache[filename]
 
 
@@ -214,9 +214,10 @@ def handle(app, req):
         known = "; ".join(p.pattern for p in PATTERNS.values())
         raise HttpError(Response(404, f"no artifact named {name!r}; known name patterns: {known}\n",
                                  content_type="text/plain; charset=utf-8"))
-    data, etag = found
+    data, digest = found
     if checksum:
-        return Response(200, f"{etag.strip(chr(34))}  {base}\n", content_type="text/plain; charset=utf-8")
+        return Response(200, f"{digest}  {base}\n", content_type="text/plain; charset=utf-8")
+    etag = f'"{digest}"'  # strong (no W/): the content's own hash
     content_type = "application/gzip" if base.endswith(("gz", "tgz")) else "application/octet-stream"
     headers = {"ETag": etag, "Last-Modified": LAST_MODIFIED, "Accept-Ranges": "bytes"}
     if req.method == "GET" and "Range" in req.headers:

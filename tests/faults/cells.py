@@ -8,6 +8,7 @@ parallel, the reference among them.
 
 import dataclasses
 import hashlib
+import json
 import os
 import time
 import typing
@@ -313,22 +314,31 @@ def kill_cell(phase, when, mode="arc"):
 
 # -- ENOSPC -------------------------------------------------------------------------------
 
+def bootstrap_short_of_space(cell, result, node_path, fit):
+    """Bootstrap with the file system at `node_path` full: a failure must say that a file
+    under it could not be written for lack of space. `fit` is the note when it succeeds.
+    Whether it failed."""
+    code, summary, stderr, _ = cell.cli("bootstrap")
+    if code == 0:
+        result.notes.append(fit)
+        return False
+    result.exit_failing.append(code)
+    message = error_of(summary, stderr)
+    if "No space left" not in message or node_path not in message:
+        result.notes.append(f"UNCLEAR: the error does not say that a file under {node_path} "
+                            "could not be written for lack of space")
+    result.notes.append(short(message, 160))
+    capture_failing(cell, result)
+    return True
+
+
 def enospc_cell(node_path, size, leave, fast=False):
     def run(cell, result):
         target = cell.mount_tmpfs(node_path, size)
         filler = cell.fill(target, leave)
         result.pre = cell.snapshot()
-        code, summary, stderr, _ = cell.cli("bootstrap")
-        if code == 0:
-            result.notes.append("the bootstrap fit in the space left (nothing it writes lives there)")
-        else:
-            result.exit_failing.append(code)
-            message = error_of(summary, stderr)
-            if "No space left" not in message or node_path not in message:
-                result.notes.append(f"UNCLEAR: the error does not say that a file under {node_path} "
-                                    "could not be written for lack of space")
-            result.notes.append(short(message, 160))
-            capture_failing(cell, result)
+        bootstrap_short_of_space(cell, result, node_path,
+                                 "the bootstrap fit in the space left (nothing it writes lives there)")
         os.remove(filler)  # the space is freed
         if converge(cell, result):
             check_azure_joined(cell, result)
@@ -441,7 +451,6 @@ def two_bootstraps_cell():
 
 def agent_and_manual_cell():
     def run(cell, result):
-        import json
         import signal
         from aks_flex_node import lifecycle
         from aks_flex_node.host import Host
@@ -538,7 +547,6 @@ EVICTION = r"/api/v1/namespaces/[^/]+/pods/[^/]+/eviction$"
 
 def upgrade_record(cell):
     """The ledger's kubelet upgrade record and its owed obligations ((None, []) when unreadable)."""
-    import json
     try:
         with open(cell.node.path(LEDGER)) as f:
             data = json.load(f)
@@ -559,7 +567,8 @@ class ReadyRefused:
                                                   "reason": "ServiceUnavailable", "code": 503}}}
 
     def __init__(self):
-        self.refused_before = None
+        self.armed = False
+        self.refused_before = None  # refusals counted once the new kubelet was restarted
 
     def arm(self, cell):
         pass
@@ -568,17 +577,15 @@ class ReadyRefused:
         return sum(r["hits"] for r in cell.emu.admin("GET", "faults") if r.get("respond", {}).get("status") == 503)
 
     def reached(self, cell, run):
-        if self.refused_before is None:
-            record, owed = upgrade_record(cell)
-            if record is None or record.get("phase") != "switch":
-                return False
-            cell.emu.faults([self.RULE])  # armed before the switch's restart can be settled
-            self.refused_before = -1
-            return False
         record, owed = upgrade_record(cell)
-        switched = os.path.islink(cell.node.path(KUBE_CURRENT)) and \
-            os.readlink(cell.node.path(KUBE_CURRENT)) == f"v{UPGRADE_TO}"
-        if self.refused_before == -1:
+        if not self.armed:
+            if record is not None and record.get("phase") == "switch":
+                cell.emu.faults([self.RULE])  # armed before the switch's restart can be settled
+                self.armed = True
+            return False
+        if self.refused_before is None:
+            link = cell.node.path(KUBE_CURRENT)
+            switched = os.path.islink(link) and os.readlink(link) == f"v{UPGRADE_TO}"
             if switched and not any(o.get("unit") == "kubelet" for o in owed):
                 self.refused_before = self._refused(cell)  # what the old kubelet was refused
             return False
@@ -675,17 +682,7 @@ def upgrade_enospc_cell():
         if _joined_then_told_to_upgrade(cell, result) is None:
             return
         filler = cell.fill(target, 0)
-        code, summary, stderr, _ = cell.cli("bootstrap")
-        if code == 0:
-            result.notes.append("the upgrade fit in no space at all")
-        else:
-            result.exit_failing.append(code)
-            message = error_of(summary, stderr)
-            if "No space left" not in message or "/usr/local/lib" not in message:
-                result.notes.append("UNCLEAR: the error does not say that a file under /usr/local/lib "
-                                    "could not be written for lack of space")
-            result.notes.append(short(message, 160))
-            capture_failing(cell, result)
+        if bootstrap_short_of_space(cell, result, "/usr/local/lib", "the upgrade fit in no space at all"):
             link = cell.node.path(KUBE_CURRENT)
             if os.path.islink(link) and os.readlink(link) == f"v{UPGRADE_TO}":
                 result.notes.append("switched to a version whose binaries did not fit")
