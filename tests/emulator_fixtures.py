@@ -41,6 +41,35 @@ class EmulatorError(Exception):
     pass
 
 
+# The public cloud's authority host (MSAL's WELL_KNOWN_AUTHORITY_HOSTS, msal/authority.py).
+PUBLIC_AUTHORITY_HOST = "login.microsoftonline.com"
+
+
+def entra_by_public_name():
+    """True when the installed azure-identity cannot turn off MSAL's instance discovery
+    (1.7.0, Ubuntu 22.04's): the library then accepts only Entra ID's own authority hosts
+    (aks_flex_node/azure/auth.py), so the tests name the public one and route it here by name
+    (tests/sitehook/emulator_routes.py)."""
+    from azure.identity import ClientSecretCredential
+
+    from aks_flex_node.azure import sdk_compat
+
+    return sdk_compat.instance_discovery_switch(ClientSecretCredential) is None
+
+
+def routes_hook():
+    """The module that routes names to the emulator (tests/sitehook/emulator_routes.py), as
+    every Python process of the Ubuntu venvs loads it (a .pth file the Makefile writes)."""
+    hook = sys.modules.get("emulator_routes")
+    if hook is None:
+        raise EmulatorError(
+            "this azure-identity cannot turn off MSAL's instance discovery, so the tests configure "
+            f"https://{PUBLIC_AUTHORITY_HOST} and route its name to the emulator; that needs "
+            "tests/sitehook/emulator_routes.py loaded in every Python process: run the suite through "
+            "`make test-ubuntu-jammy`, whose venv loads it")
+    return hook
+
+
 class Emulator:
     """A running emulator process: its endpoints and a small stdlib client for the admin API."""
 
@@ -49,7 +78,14 @@ class Emulator:
         self.process = process
         self.state_dir = pathlib.Path(state_dir)
         self.arm = endpoints["arm"]
-        self.authority = endpoints["authority"]
+        # Where the emulator serves Entra ID, and the authority clients are configured with:
+        # the same URL, except on an azure-identity that accepts only Entra ID's own hosts
+        # (Ubuntu 22.04's), where it is the public cloud's, routed here by name.
+        self.entra = endpoints["authority"]
+        self.authority = self.entra
+        if entra_by_public_name():
+            self.authority = f"https://{PUBLIC_AUTHORITY_HOST}"
+            self.route_entra()
         self.himds = endpoints["himds"]
         self.artifacts = endpoints["artifacts"]
         self.apiserver = endpoints["apiserver"]
@@ -155,7 +191,7 @@ class Emulator:
 
     def arm_token(self, client_id=constants.SP_CLIENT_ID, secret=constants.SP_CLIENT_SECRET,
                   scope=constants.ARM_SCOPE):
-        status, _, body = self.http("POST", f"{self.authority}/{constants.TENANT_ID}/oauth2/v2.0/token",
+        status, _, body = self.http("POST", f"{self.entra}/{constants.TENANT_ID}/oauth2/v2.0/token",
                                     form={"grant_type": "client_credentials", "client_id": client_id,
                                           "client_secret": secret, "scope": scope})
         if status != 200:
@@ -169,20 +205,28 @@ class Emulator:
         return self.http(method, f"{self.arm}{path}{sep}api-version={api_version}", body,
                          {"Authorization": f"Bearer {token}"})
 
-    def credential_kwargs(self):
-        """Keyword arguments for azure-identity credentials pointed at the emulator, for the
-        installed azure-identity (the instance-discovery keyword differs: Debian 12's 1.13.0b2 takes
-        instance_discovery=False, later releases disable_instance_discovery=True; see
-        azure/identity/_internal/msal_credentials.py in each release)."""
-        import azure.identity
+    def credential_kwargs(self, credential_class=None):
+        """Keyword arguments for an azure-identity credential (`credential_class`, by default
+        ClientSecretCredential) pointed at the emulator: the installed release's keyword that
+        turns instance discovery off (sdk_compat.instance_discovery_switch), or none when the
+        authority is routed by name (see __init__)."""
+        from azure.identity import ClientSecretCredential
 
+        from aks_flex_node.azure import sdk_compat
+
+        self.route_entra()
         kwargs = {"authority": self.authority, "connection_verify": self.ca_bundle}
-        version = tuple(int(p) for p in azure.identity.__version__.split(".")[:2])
-        if version < (1, 13) or azure.identity.__version__.startswith("1.13.0b"):
-            kwargs["instance_discovery"] = False
-        else:
-            kwargs["disable_instance_discovery"] = True
+        if self.authority == self.entra:
+            kwargs.update(sdk_compat.instance_discovery_switch(credential_class or ClientSecretCredential))
         return kwargs
+
+    def route_entra(self, environ=None):
+        """Resolve the public authority's name to this emulator, in `environ` (default: this
+        process's, which the CLI's environment copies). Nothing when it is not routed."""
+        if self.authority == self.entra:
+            return
+        port = urllib.parse.urlsplit(self.entra).port
+        routes_hook().route(PUBLIC_AUTHORITY_HOST, "127.0.0.1", port, os.environ if environ is None else environ)
 
     def mgmt_kwargs(self):
         """Keyword arguments for the azure-mgmt-* clients pointed at the emulator."""
@@ -254,6 +298,7 @@ def fake_env(emulator, root, state_dir):
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     })
+    emulator.route_entra(env)
     return env
 
 
@@ -346,6 +391,7 @@ def emulator(tmp_path_factory):
 @pytest.fixture
 def fresh_emulator(emulator):
     emulator.reset()
+    emulator.route_entra()  # back to this emulator, after a test that started its own
     yield emulator
     emulator.clear_faults()
 

@@ -145,7 +145,11 @@ class Clients:
     def authorization(self, subscription_id):
         from azure.mgmt.authorization import AuthorizationManagementClient
 
-        return self._get("authorization", subscription_id, AuthorizationManagementClient)
+        from aks_flex_node.azure.sdk_compat import authorization_options
+
+        options = authorization_options(AuthorizationManagementClient)
+        return self._get("authorization", subscription_id,
+                         lambda *args, **kwargs: AuthorizationManagementClient(*args, **kwargs, **options))
 
     def containerservice(self, subscription_id):
         from azure.mgmt.containerservice import ContainerServiceClient

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 
 from aks_flex_node.azure.auth import arm_code, arm_message, azure_errors
-from aks_flex_node.azure.sdk_compat import model_property, role_assignment_parameters
+from aks_flex_node.azure.sdk_compat import model_property
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
 
 # uuid5(NAMESPACE_URL, "https://github.com/aks-flex-node/aks-flex-node#role-assignment"):
@@ -102,8 +102,8 @@ def ensure_assignment(clients, scope, role_guid, principal_id, *, principal_wait
     principal_id = _check_guid(principal_id, "principal_id")
     client = clients.authorization(subscription_of(scope))
     name = assignment_name(scope, role_guid, principal_id)
-    parameters = role_assignment_parameters(
-        client.models(),
+    # The models of the api-version role assignments use (sdk_compat.authorization_options).
+    parameters = client.role_assignments.models.RoleAssignmentCreateParameters(
         role_definition_id=role_definition_id(scope, role_guid),
         principal_id=principal_id,
         # Skips the directory lookup that fails for a brand-new identity (Troubleshoot Azure

@@ -88,8 +88,9 @@ def model_property(model, name):
     model or keeps them under `.properties`:
       hybridcompute Machine: 7.0.0 (Ubuntu 22.04's) and 8.0.0 (Ubuntu 24.04's) nest them,
         8.0.0b1 (Debian 12's) flattens them, 9.x/10.x nest them again;
-      authorization RoleAssignment: api 2015-07-01 (the default of authorization 2.0.0,
-        Ubuntu 22.04's) nests them, 2018-09-01-preview and later flatten them.
+      authorization RoleAssignment: api 2015-07-01 nests them (the default of authorization
+        2.0.0, Ubuntu 22.04's, which role assignments no longer use: authorization_options),
+        2018-09-01-preview and later flatten them.
     (Each package's CHANGELOG.md in Azure/azure-sdk-for-python, sdk/hybridcompute and
     sdk/authorization.)"""
     properties = getattr(model, "properties", None)
@@ -98,21 +99,41 @@ def model_property(model, name):
     return getattr(model, name, None)
 
 
-def role_assignment_parameters(models, **fields):
-    """RoleAssignmentCreateParameters for `fields` (role_definition_id, principal_id,
-    principal_type) in the shape of the API version the client uses.
+# ---- Microsoft.Authorization's api-version for role assignments ----------------------
 
-    authorization 2.0.0 (Ubuntu 22.04's) uses api 2015-07-01 for role assignments by
-    default, whose create parameters take `properties=RoleAssignmentProperties(...)` with
-    no principal_type (the wire format is the same nested `properties` object; its
-    AuthorizationManagementClient, role_assignments); 3.x uses 2022-04-01, flattened.
-    A field the model does not know is left out (principal_type on 2015-07-01: ARM then
-    looks the principal up itself, and ensure_assignment's PrincipalNotFound wait covers a
-    new identity)."""
-    create = models.RoleAssignmentCreateParameters
-    known = getattr(create, "_attribute_map", {})
-    if "principal_id" in known:
-        return create(**{k: v for k, v in fields.items() if k in known})
-    properties = models.RoleAssignmentProperties
-    known = getattr(properties, "_attribute_map", {})
-    return create(properties=properties(**{k: v for k, v in fields.items() if k in known}))
+# The roleAssignments api-versions we speak, newest first: 2022-04-01 (the default of
+# authorization 3.x, Debian 12's and Ubuntu 24.04's) and 2020-10-01-preview, the newest in
+# authorization 2.0.0 (Ubuntu 22.04's). Both carry principalType, which skips the directory
+# lookup that fails for a brand-new identity, and both answer a create with 200 or 201 (their
+# specs in Azure/azure-rest-api-specs, specification/authorization/resource-manager; the
+# emulator models 2022-04-01's, the same shape). 2.0.0's default for every operation group,
+# 2015-07-01, has no principalType and takes a create answered 200 for an error.
+ROLE_ASSIGNMENT_API_VERSIONS = ("2022-04-01", "2020-10-01-preview")
+
+
+def authorization_options(client_class):
+    """Keyword arguments for `client_class` (AuthorizationManagementClient): a profile that
+    pins role assignments to the newest of ROLE_ASSIGNMENT_API_VERSIONS the package has,
+    when its own default for them is none of those; {} when it is.
+
+    The package is a multi-API client: its LATEST_PROFILE maps each operation group to an
+    api-version (None: the default) and `profile=` overrides it (azure-mgmt-core's
+    azure/profiles, ProfileDefinition; MultiApiClientMixin). The models of the version in
+    use are the operation group's (`client.role_assignments.models`)."""
+    latest = getattr(client_class, "LATEST_PROFILE", None)
+    tag = getattr(client_class, "_PROFILE_TAG", None)
+    if latest is None or tag is None:
+        return {}
+    versions = latest.get_profile_dict()[tag]
+    if versions.get("role_assignments", versions.get(None)) in ROLE_ASSIGNMENT_API_VERSIONS:
+        return {}
+    from azure.profiles import ProfileDefinition
+
+    for version in ROLE_ASSIGNMENT_API_VERSIONS:
+        try:
+            client_class.models(version)
+        except ValueError:  # "API version ... is not available"
+            continue
+        pinned = {**versions, "role_assignments": version}
+        return {"profile": ProfileDefinition({tag: pinned}, f"{latest.label} with role_assignments {version}")}
+    return {}

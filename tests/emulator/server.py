@@ -251,6 +251,9 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    # Before anything is announced: a parent that reads the endpoints and exits at once would
+    # otherwise be gone (this process already re-parented) by the time it is asked for.
+    parent = os.getppid()
     args = parse_args(argv)
     app = App(args.state_dir, args.profile, args.himds_key_dir, resume=args.resume)
     stop = threading.Event()
@@ -260,7 +263,6 @@ def main(argv=None):
     sys.stdout.write(json.dumps(app.endpoints()) + "\n")
     sys.stdout.flush()
     app.log(f"serving: {json.dumps(app.endpoints())}")
-    parent = os.getppid()
     while not stop.wait(0.25):
         if args.exit_with_parent and os.getppid() != parent:
             app.log("parent went away; exiting")

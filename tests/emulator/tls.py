@@ -172,7 +172,10 @@ def ensure_pki(state_dir):
         ca_path.chmod(0o644)
         cert_path.unlink(missing_ok=True)
     if not (cert_path.exists() and key_path.exists()):
-        cert_pem, key_pem = ca.issue("127.0.0.1", server_names=("127.0.0.1", "localhost", "::1"))
+        # login.microsoftonline.com: the public authority's name, which the suite routes here on an
+        # azure-identity that accepts only Entra ID's own hosts (tests/sitehook/emulator_routes.py).
+        cert_pem, key_pem = ca.issue("127.0.0.1", server_names=("127.0.0.1", "localhost", "::1",
+                                                                "login.microsoftonline.com"))
         _write_private(key_path, key_pem)
         cert_path.write_bytes(cert_pem)
     return ca, {"ca": str(ca_path), "cert": str(cert_path), "key": str(key_path)}

@@ -191,7 +191,7 @@ def document(results, wall):
         "What a bootstrap does when it is killed, runs out of disk, meets a failing Azure\n"
         "endpoint or a bad artifact, or runs next to another run; and whether it converges\n"
         "once the fault is gone. Made by `make faults` (`python3 -m tests.faults`); a fast\n"
-        "subset runs in `make test` (tests/integration/test_faults.py).\n\n"
+        "subset runs in `make test` on Debian's stack (tests/integration/test_faults.py).\n\n"
         f"Run: {date}, revision `{revision()}`, {len(results)} cells in {wall:.0f} s, "
         f"{len(failed)} failed.\n\n"
         + table(results) + "\n\n## Columns\n\n" + EXPLAIN)

@@ -12,7 +12,6 @@ from aks_flex_node.config.model import parse_cluster_id
 from aks_flex_node.errors import AuthError, FlexNodeError
 from tests.emulator import constants as C
 from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import needs_discovery_switch
 
 REF = parse_cluster_id(C.CLUSTER_ID)
 TOKEN = "abcdef.0123456789abcdef"
@@ -145,7 +144,6 @@ def test_a_missing_role_is_a_403_that_says_which_role_and_where(fresh_emulator, 
     assert agentpool.ROLE_GUID in info.value.remedy and f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}" in info.value.remedy
 
 
-@needs_discovery_switch
 def test_an_unknown_pool_is_named(node_clients, azure_clients):
     with pytest.raises(FlexNodeError, match="404"):  # for a caller that may see the cluster's pools
         agentpool.list_bootstrap_data(azure_clients, REF, "nopool")
@@ -177,7 +175,6 @@ def test_machine_is_registered_adopted_and_updated(fresh_emulator, node_clients)
     assert updated.orchestrator_version == "1.31.2" and updated.etag != machine.etag
 
 
-@needs_discovery_switch
 def test_only_an_operator_may_delete_machines(fresh_emulator, node_clients, azure_clients):
     agentpool.put_machine(node_clients, REF, C.FLEX_POOL, "edge-2", agentpool.machine_body(_Cfg))
     assert permissions.may_delete_machines(node_clients, REF, C.FLEX_POOL) is False
@@ -186,7 +183,6 @@ def test_only_an_operator_may_delete_machines(fresh_emulator, node_clients, azur
     assert agentpool.get_machine(node_clients, REF, C.FLEX_POOL, "edge-2") is None
 
 
-@needs_discovery_switch
 def test_the_pool_and_its_type(azure_clients, node_clients):
     assert agentpool.get_pool(azure_clients, REF, C.FLEX_POOL).type == agentpool.FLEX_NODES
     assert agentpool.get_pool(azure_clients, REF, C.SYSTEM_POOL).type == "VirtualMachineScaleSets"

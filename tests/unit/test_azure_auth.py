@@ -1,5 +1,6 @@
 """Operator credentials against the emulator's Entra ID, with the installed azure-identity."""
 
+import dataclasses
 import datetime
 import os
 
@@ -13,8 +14,8 @@ from cryptography.x509.oid import NameOID
 from aks_flex_node.azure import auth, sdk_compat
 from aks_flex_node.errors import AuthError, ExitCode, TemporaryError
 from tests.emulator import constants as C
+from tests.emulator_fixtures import PUBLIC_AUTHORITY_HOST, routes_hook
 from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import needs_discovery_switch
 from tests.unit.test_azure_fixtures import NO_DISCOVERY_SWITCH, settings_for, write_secret
 
 
@@ -22,7 +23,6 @@ def token_requests(emulator):
     return emulator.requests(server="entra", method="POST", path_contains="/oauth2/v2.0/token")
 
 
-@needs_discovery_switch
 def test_secret_file_credential_gets_an_arm_token(fresh_emulator, endpoints, secret_file):
     token = auth.arm_token(auth.credential(settings_for(endpoints, secret_file)), C.ARM_SCOPE)
     assert token.startswith(C.TOKEN_PREFIX)
@@ -45,10 +45,11 @@ def test_custom_authority_without_a_discovery_switch_is_refused_before_any_reque
                                                                                    secret_file):
     """azure-identity 1.7.0 (Ubuntu 22.04): MSAL would ask login.microsoftonline.com about the
     emulator's host and get invalid_instance; refused with what to do, nothing sent."""
+    custom = dataclasses.replace(endpoints, authority=fresh_emulator.entra)
     with pytest.raises(AuthError) as caught:
-        auth.credential(settings_for(endpoints, secret_file))
+        auth.credential(settings_for(custom, secret_file))
     message = caught.value.message
-    assert f"authority = {endpoints.authority!r}" in message and "instance discovery" in message
+    assert f"authority = {custom.authority!r}" in message and "instance discovery" in message
     assert "expected the authority of the public, US Government or China cloud" in message
     assert "1.13.0" in caught.value.remedy
     assert fresh_emulator.requests(server="entra") == []
@@ -117,7 +118,6 @@ def test_missing_secret_file_names_the_field(endpoints, tmp_path):
         auth.credential(settings_for(endpoints, tmp_path / "nope"))
 
 
-@needs_discovery_switch
 def test_wrong_secret_is_an_auth_error_with_the_aadsts_code(endpoints, tmp_path):
     wrong = write_secret(tmp_path / "wrong", "not-the-secret")
     cred = auth.credential(settings_for(endpoints, wrong))
@@ -130,7 +130,6 @@ def test_wrong_secret_is_an_auth_error_with_the_aadsts_code(endpoints, tmp_path)
     assert "not-the-secret" not in err.message
 
 
-@needs_discovery_switch
 def test_unknown_application_names_what_to_check(endpoints, secret_file):
     cred = auth.credential(settings_for(endpoints, secret_file, client_id="11111111-2222-3333-4444-555555555555"))
     with pytest.raises(AuthError) as caught:
@@ -139,11 +138,13 @@ def test_unknown_application_names_what_to_check(endpoints, secret_file):
     assert "sp_client_id" in caught.value.remedy
 
 
-@needs_discovery_switch
-def test_unreachable_authority_is_temporary(endpoints, secret_file):
+def test_unreachable_authority_is_temporary(fresh_emulator, endpoints, secret_file, monkeypatch):
     # A port nothing listens on: the credential's own retries, then exit 75.
     settings = settings_for(endpoints, secret_file)
     dead = auth.AuthSettings(**{**settings.__dict__, "authority": "https://127.0.0.1:9"})
+    if NO_DISCOVERY_SWITCH:  # only Entra ID's hosts are taken: the public one's name leads nowhere
+        monkeypatch.setenv(routes_hook().VARIABLE, f"{PUBLIC_AUTHORITY_HOST}=127.0.0.1:9")
+        dead = settings
     with pytest.raises(TemporaryError, match="cannot reach Azure") as caught:
         auth.arm_token(auth.credential(dead), C.ARM_SCOPE)
     assert caught.value.exit_code == ExitCode.TEMPFAIL
@@ -175,7 +176,6 @@ def _pem_certificate_with_key():
     ) + cert.public_bytes(serialization.Encoding.PEM)
 
 
-@needs_discovery_switch
 def test_certificate_credential_gets_a_token(fresh_emulator, endpoints, tmp_path):
     pem = tmp_path / "sp.pem"
     pem.write_bytes(_pem_certificate_with_key())
@@ -276,7 +276,6 @@ def test_managed_identity_client_id_is_passed(monkeypatch):
     assert type(cred).__name__ == "ManagedIdentityCredential"
 
 
-@needs_discovery_switch
 def test_settings_from_a_loaded_config(fresh_emulator, tmp_path, no_proxy):
     """The adapter reads the secret file under the config's root and the endpoints it resolved."""
     from aks_flex_node import config
@@ -309,7 +308,6 @@ def test_settings_from_a_loaded_config(fresh_emulator, tmp_path, no_proxy):
     assert auth.arm_token(auth.credential(cfg), C.ARM_SCOPE).startswith(C.TOKEN_PREFIX)
 
 
-@needs_discovery_switch
 def test_in_memory_secret_from_an_upstream_config(endpoints):
     """A secret read from an upstream config.json never touches a file: it is used as is."""
     settings = auth.AuthSettings(method="service-principal", tenant_id=C.TENANT_ID, client_id=C.SP_CLIENT_ID,

@@ -4,6 +4,7 @@ import dataclasses
 import socket
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -15,7 +16,6 @@ from aks_flex_node.errors import TemporaryError
 from aks_flex_node.http_policy import HttpPolicy
 from tests.emulator import constants as C
 from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import needs_discovery_switch
 from tests.unit.test_azure_fixtures import put_machine, settings_for
 
 
@@ -133,7 +133,6 @@ def _dead_proxy():
         return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
-@needs_discovery_switch
 def test_the_environment_proxy_is_not_used(fresh_emulator, endpoints, secret_file, monkeypatch):
     """The config is the only source: a proxy in the process environment (an operator's
     shell) changes nothing, for the credential and for the ARM clients alike."""
@@ -147,7 +146,6 @@ def test_the_environment_proxy_is_not_used(fresh_emulator, endpoints, secret_fil
         assert aks.get_cluster(clients, ClusterRef).name == C.CLUSTER_NAME
 
 
-@needs_discovery_switch
 def test_the_configured_proxy_carries_arm_and_entra_calls(fresh_emulator, endpoints, secret_file, no_proxy):
     """A configured proxy is used even for loopback hosts (only no_proxy exempts a host):
     with nothing listening there, both the token request and the ARM call fail as
@@ -157,7 +155,9 @@ def test_the_configured_proxy_carries_arm_and_entra_calls(fresh_emulator, endpoi
     with pytest.raises(Exception) as caught:
         auth.credential(settings).get_token(C.ARM_SCOPE)
     assert "127.0.0.1" in str(caught.value) or "proxy" in str(caught.value).lower()
-    bypassed = HttpPolicy(https_proxy=policy.https_proxy, no_proxy=("127.0.0.0/8",), ca_bundle=endpoints.ca_bundle)
+    # Loopback, and the authority's host (the public cloud's where the suite routes it by name).
+    bypassed = HttpPolicy(https_proxy=policy.https_proxy, ca_bundle=endpoints.ca_bundle,
+                          no_proxy=("127.0.0.0/8", urllib.parse.urlsplit(endpoints.authority).hostname))
     operator = auth.credential(dataclasses.replace(settings, policy=bypassed))
     with Clients(endpoints, operator, policy, polling_interval=0, retry_total=1) as clients:
         with pytest.raises(TemporaryError, match="cannot reach Azure"):

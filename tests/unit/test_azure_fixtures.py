@@ -4,11 +4,9 @@ Everything talks to tests/emulator over loopback HTTPS with the real SDK clients
 thing faked is Azure itself (and host commands, through tests/fakes/bin, and `az` below).
 
 On an azure-identity that cannot turn MSAL's instance discovery off (1.7.0, Ubuntu 22.04's:
-aks_flex_node/azure/sdk_compat.py) the library refuses a service principal for the
-emulator's authority, as it would for any custom cloud; there the operator is the Azure
-CLI's account instead, through a stand-in `az` that gets its token from the emulator's
-Entra ID with the service principal's secret (what `az account get-access-token` does
-after `az login --service-principal`).
+aks_flex_node/azure/sdk_compat.py) the library refuses any custom authority, the emulator's
+included; there `endpoints.authority` is the public cloud's, whose name the suite routes to
+the emulator (tests/emulator_fixtures.py, Emulator.route_entra).
 """
 
 import json
@@ -27,9 +25,9 @@ from tests.emulator_fixtures import emulator, fake_host, fresh_emulator  # noqa:
 
 __all__ = ["emulator", "fresh_emulator", "fake_host", "no_proxy", "endpoints", "secret_file", "operator",
            "azure_clients", "put_machine", "settings_for", "reader_clients", "node_clients", "fake_az",
-           "NO_DISCOVERY_SWITCH", "needs_discovery_switch"]
+           "NO_DISCOVERY_SWITCH"]
 
-# True on azure-identity 1.7.0 (Ubuntu 22.04's): service principals cannot use the emulator.
+# True on azure-identity 1.7.0 (Ubuntu 22.04's): the library refuses a custom authority.
 NO_DISCOVERY_SWITCH = sdk_compat.instance_discovery_switch(ClientSecretCredential) is None
 
 # The stand-in `az account get-access-token --output json --resource R [--tenant T]`: the
@@ -100,7 +98,7 @@ def settings_for(endpoints, secret_path, client_id=C.SP_CLIENT_ID):
 
 
 @pytest.fixture
-def fake_az(tmp_path, monkeypatch, endpoints):
+def fake_az(tmp_path, monkeypatch, endpoints, fresh_emulator):
     """`az` on PATH, logged in as the service principal (client_id, secret) given to
     login(); returns the log of its argv lists."""
     bindir = tmp_path / "az-bin"
@@ -118,7 +116,7 @@ def fake_az(tmp_path, monkeypatch, endpoints):
         def login(self, client_id=C.SP_CLIENT_ID, secret=C.SP_CLIENT_SECRET):
             monkeypatch.setenv("FAKE_AZ_LOGIN", json.dumps({
                 "client_id": client_id, "secret": secret, "tenant": C.TENANT_ID, "subscription": C.SUBSCRIPTION_ID,
-                "authority": endpoints.authority.rstrip("/"), "ca_bundle": endpoints.ca_bundle}))
+                "authority": fresh_emulator.entra.rstrip("/"), "ca_bundle": endpoints.ca_bundle}))
 
         def calls(self):
             return [json.loads(line) for line in log.read_text().splitlines()]
@@ -126,16 +124,13 @@ def fake_az(tmp_path, monkeypatch, endpoints):
     return FakeAz()
 
 
-def _operator_credential(endpoints, request, secret_path, secret, client_id):
-    if not NO_DISCOVERY_SWITCH:
-        return auth.credential(settings_for(endpoints, write_secret(secret_path, secret), client_id))
-    request.getfixturevalue("fake_az").login(client_id, secret)
-    return auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))
+def _operator_credential(endpoints, secret_path, secret, client_id):
+    return auth.credential(settings_for(endpoints, write_secret(secret_path, secret), client_id))
 
 
 @pytest.fixture
-def operator(endpoints, tmp_path, request):
-    return _operator_credential(endpoints, request, tmp_path / "sp-secret", C.SP_CLIENT_SECRET, C.SP_CLIENT_ID)
+def operator(endpoints, tmp_path):
+    return _operator_credential(endpoints, tmp_path / "sp-secret", C.SP_CLIENT_SECRET, C.SP_CLIENT_ID)
 
 
 @pytest.fixture
@@ -146,23 +141,23 @@ def azure_clients(endpoints, operator):
         yield clients
 
 
-def _clients_of(endpoints, request, secret_path, secret, client_id):
-    cred = _operator_credential(endpoints, request, secret_path, secret, client_id)
+def _clients_of(endpoints, secret_path, secret, client_id):
+    cred = _operator_credential(endpoints, secret_path, secret, client_id)
     return Clients(endpoints, cred, polling_interval=0)
 
 
 @pytest.fixture
-def reader_clients(endpoints, tmp_path, request):
+def reader_clients(endpoints, tmp_path):
     """Clients for a principal that is only Reader on the subscription."""
-    with _clients_of(endpoints, request, tmp_path / "reader-secret", C.READER_SP_CLIENT_SECRET,
+    with _clients_of(endpoints, tmp_path / "reader-secret", C.READER_SP_CLIENT_SECRET,
                      C.READER_SP_CLIENT_ID) as clients:
         yield clients
 
 
 @pytest.fixture
-def node_clients(endpoints, tmp_path, request):
+def node_clients(endpoints, tmp_path):
     """Clients for the node's service principal: only the Flex Node Agent Role on flexpool."""
-    with _clients_of(endpoints, request, tmp_path / "node-secret", C.NODE_SP_CLIENT_SECRET,
+    with _clients_of(endpoints, tmp_path / "node-secret", C.NODE_SP_CLIENT_SECRET,
                      C.NODE_SP_CLIENT_ID) as clients:
         yield clients
 
@@ -176,10 +171,3 @@ def put_machine(emulator, name, resource_group=C.ARC_RG, api_version="2024-07-10
     assert status in (200, 201), body
     return body
 
-
-# A test of a service principal against the emulator's (custom) authority: it cannot run
-# where the library refuses that (azure-identity 1.7.0, Ubuntu 22.04: the refusal has its
-# own test, test_azure_auth.py).
-needs_discovery_switch = pytest.mark.skipif(
-    NO_DISCOVERY_SWITCH, reason="azure-identity without a switch for MSAL's instance discovery (1.7.0, Ubuntu "
-    "22.04) refuses a service principal for a custom authority such as the emulator's")

@@ -6,7 +6,6 @@ import pytest
 
 from aks_flex_node.azure import permissions
 from aks_flex_node.errors import AuthError
-from tests.unit.test_azure_fixtures import needs_discovery_switch
 
 Block = collections.namedtuple("Block", "actions not_actions")
 
@@ -27,7 +26,6 @@ def test_allowed(blocks, action, expected):
     assert permissions.allowed(action, blocks) is expected
 
 
-@needs_discovery_switch
 def test_join_permissions_against_the_emulator(emulator):
     from azure.identity import ClientSecretCredential
 

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from aks_flex_node.azure import rbac, roles
+from aks_flex_node.azure import rbac, roles, sdk_compat
 from aks_flex_node.errors import AuthError, TemporaryError
 from tests.emulator import constants as C
 from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
@@ -47,6 +47,16 @@ def test_ensure_twice_is_idempotent(fresh_emulator, azure_clients, principal):
     assert [r["status"] for r in role_puts(fresh_emulator)] == [201, 200]
     listed = rbac.assignments_for(azure_clients, SCOPE, principal)
     assert [a.id for a in listed] == [first.id]
+
+
+def test_role_assignments_use_an_api_version_with_principal_type(fresh_emulator, azure_clients, principal):
+    """Whatever azure-mgmt-authorization is installed: 2022-04-01 where it is the default (3.x),
+    2020-10-01-preview on 2.0.0 (Ubuntu 22.04's), whose default 2015-07-01 has no
+    principalType (sdk_compat.authorization_options)."""
+    rbac.ensure_assignment(azure_clients, SCOPE, C.ROLE_READER, principal)
+    rbac.assignments_for(azure_clients, SCOPE, principal)
+    seen = fresh_emulator.state()["api_versions"]["microsoft.authorization/roleassignments"]
+    assert seen and set(seen) <= set(sdk_compat.ROLE_ASSIGNMENT_API_VERSIONS), seen
 
 
 def test_request_carries_service_principal_type_and_cluster_subscription_role(fresh_emulator, azure_clients, principal):

@@ -28,7 +28,7 @@ def test_json_line_files_and_clean_sigterm(tmp_path):
     emu = start_emulator(tmp_path)
     try:
         assert set(emu.endpoints) == KEYS and emu.pid == emu.process.pid
-        assert emu.arm.startswith("https://127.0.0.1:") and emu.authority == emu.arm
+        assert emu.arm.startswith("https://127.0.0.1:") and emu.entra == emu.arm
         assert emu.himds.startswith("http://127.0.0.1:") and emu.himds.endswith("/metadata/identity/oauth2/token")
         assert emu.artifacts == f"{emu.arm}/artifacts" and emu.admin_url == f"{emu.arm}/_emulator"
         assert emu.apiservers[C.CLUSTER_ID] == emu.apiserver

@@ -1,6 +1,6 @@
 """The preflight OS check claims exactly the releases the suite measured (docs/ubuntu.md):
-Debian 12 and Ubuntu 24.04 and newer; Ubuntu 22.04 (whose SDKs fail the suite) is warned
-about, a derivative is called untested, anything else is refused."""
+Debian 12 and Ubuntu 22.04 and newer; an older release of either is warned about, a
+derivative is called untested, anything else is refused."""
 
 import types
 
@@ -21,17 +21,21 @@ def _check(tmp_path, os_release):
     'ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n',
     'ID=debian\nVERSION_ID="13"\n',
     'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\nPRETTY_NAME="Ubuntu 24.04.1 LTS"\n',
+    'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\n',
 ])
 def test_measured_releases_pass(tmp_path, os_release):
     assert _check(tmp_path, os_release) is None
 
 
-def test_ubuntu_22_04_is_older_than_tested(tmp_path):
-    finding = _check(tmp_path, 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n'
-                               'PRETTY_NAME="Ubuntu 22.04.4 LTS"\n')
+@pytest.mark.parametrize("os_release, name", [
+    ('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="20.04"\nPRETTY_NAME="Ubuntu 20.04.6 LTS"\n', "Ubuntu 20.04.6 LTS"),
+    ('ID=debian\nVERSION_ID="11"\nPRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\n', "Debian GNU/Linux 11 (bullseye)"),
+])
+def test_an_older_release_is_older_than_tested(tmp_path, os_release, name):
+    finding = _check(tmp_path, os_release)
     assert finding.severity == preflight.WARNING
-    assert "Ubuntu 22.04.4 LTS is older than we test" in finding.message
-    assert "Ubuntu 24.04 or newer" in finding.remedy
+    assert f"{name} is older than we test" in finding.message
+    assert finding.remedy == "use Debian 12 or newer, or Ubuntu 22.04 or newer"
 
 
 def test_a_derivative_is_untested_not_silently_passed(tmp_path):
