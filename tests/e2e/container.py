@@ -67,16 +67,23 @@ BASE_PACKAGES = (
     # import python3-apt on the node (they would install it from the node's sources, here
     # only our repository).
     "cloud-init", "openssh-server", "python3-apt",
+    # needrestart, as Ubuntu's server images have it (issue 13): its apt hook is off in the
+    # base (BASE_HOOKS); the scenarios that meet it turn it on (node.enable_needrestart).
+    "needrestart",
 )
 # Run in the bootstrapped root (mmdebstrap --customize-hook). cloud-init.disabled: its
 # systemd generator then leaves cloud-init out of the boot (cloud-init's docs, "How to
 # disable cloud-init"). ssh masked: an sshd sharing the host's network would listen on the
 # host's port 22. The host keys its postinst made stay: every node has the same ones,
 # which is harmless for throwaway test machines (the tests keep their own known_hosts).
+# needrestart's apt hook off: it runs `test -x /usr/lib/needrestart/apt-pinvoke && ...`
+# (/etc/apt/apt.conf.d/99needrestart), so the script loses its execute bit; its files stay
+# as the package shipped them, which piuparts' debsums check requires.
 BASE_HOOKS = (
     'touch "$1"/etc/cloud/cloud-init.disabled',
     'ln -sf /dev/null "$1"/etc/systemd/system/ssh.service',
     'ln -sf /dev/null "$1"/etc/systemd/system/ssh.socket',
+    'chmod a-x "$1"/usr/lib/needrestart/apt-pinvoke',
 )
 # Debian's containerd, runc and CNI plugins: repacked as release tarballs (tests/e2e/mirror.py)
 # so the node runs the real containerd under systemd.

@@ -30,6 +30,9 @@ CONF = "/etc/aks-flex-node/aks-flex-node.conf"
 # that a purge (which removes /etc/aks-flex-node) leaves it, as it must.
 CA = "/usr/local/share/aks-e2e/emulator-ca.pem"
 ARC_SETTINGS = "/etc/default/azcmagent-standin"
+# needrestart (in the base root, its apt hook off): a configuration snippet of ours, which it
+# evaluates as Perl at every run (needrestart's conf.d), appends one line per run here.
+NEEDRESTART_RUNS = "/run/e2e-needrestart-runs"
 MACHINE_NAME = "e2e-node-1"
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 APT_OPTS = ("-y", "-q", "-o", "Dpkg::Use-Pty=0", "-o", "APT::Color=0")
@@ -174,6 +177,22 @@ class Node:
             f"-o -path {UPSTREAM_KEYS_MOUNT} -o -path {REPO_MOUNT} -o -name __pycache__ \\) -prune "
             "-o -print", timeout=120)
         return set(proc.stdout.splitlines())
+
+    # -- needrestart, as on an Ubuntu server ---------------------------------------------------
+
+    def enable_needrestart(self):
+        """Turn needrestart's apt hook on (DPkg::Post-Invoke: after each dpkg run that unpacked
+        something) and count its runs: each appends the NEEDRESTART_MODE it ran under."""
+        self.c.run(["chmod", "a+x", "/usr/lib/needrestart/apt-pinvoke"])
+        self.c.write("/etc/needrestart/conf.d/e2e-witness.conf",
+                     f"if (open(my $w, '>>', '{NEEDRESTART_RUNS}')) "
+                     "{ print {$w} ($ENV{NEEDRESTART_MODE} // 'unset') . \"\\n\"; close($w); }\n", 0o644)
+
+    def needrestart_runs(self):
+        """The NEEDRESTART_MODE of each needrestart run so far, oldest first."""
+        # Read inside: /run is the booted system's own tmpfs, which the host's view of the
+        # root does not show.
+        return self.c.run(["cat", NEEDRESTART_RUNS], check=False).stdout.split()
 
     def journals(self, units=("aks-flex-node-agent", "himdsd", "containerd", "kubelet"), lines=25):
         """The last lines of each unit's journal, for a failure message."""
