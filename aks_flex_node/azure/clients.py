@@ -145,6 +145,7 @@ class Clients:
     def authorization(self, subscription_id):
         from azure.mgmt.authorization import AuthorizationManagementClient
 
+        # Here, not at the top: sdk_compat imports azure.identity, which this module does not need.
         from aks_flex_node.azure.sdk_compat import authorization_options
 
         options = authorization_options(AuthorizationManagementClient)

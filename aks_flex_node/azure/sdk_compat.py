@@ -107,7 +107,8 @@ def model_property(model, name):
 # lookup that fails for a brand-new identity, and both answer a create with 200 or 201 (their
 # specs in Azure/azure-rest-api-specs, specification/authorization/resource-manager; the
 # emulator models 2022-04-01's, the same shape). 2.0.0's default for every operation group,
-# 2015-07-01, has no principalType and takes a create answered 200 for an error.
+# 2015-07-01, has no principalType, and its SDK takes a create answered 200 (an assignment
+# that exists already) for an error.
 ROLE_ASSIGNMENT_API_VERSIONS = ("2022-04-01", "2020-10-01-preview")
 
 

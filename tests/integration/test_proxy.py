@@ -190,7 +190,11 @@ def test_unbootstrap_removes_the_drop_ins_and_the_agent_setting(node, proxy):
 def test_a_proxy_with_a_password_is_refused_before_anything_changes(node, proxy):
     before = node.files()
     secret = "pr0xy-s3cret"
-    configure(node, https_proxy=f"http://user:{secret}@127.0.0.1:{proxy.port}")
+    # Where the suite routes the public authority's name to the emulator (azure-identity 1.7.0),
+    # that name goes in no_proxy: through tinyproxy it would be looked up in the machine's DNS.
+    routed = {"no_proxy": urllib.parse.urlsplit(node.emu.authority).hostname} \
+        if node.emu.authority != node.emu.entra else {}
+    configure(node, https_proxy=f"http://user:{secret}@127.0.0.1:{proxy.port}", **routed)
     proc, summary = node.cli_json("bootstrap")
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
@@ -199,10 +203,7 @@ def test_a_proxy_with_a_password_is_refused_before_anything_changes(node, proxy)
     new = node.files() - before
     assert {p for p in new if not p.startswith("/var/lib/aks-flex-node")} == set(), sorted(new)
     assert not any(argv[1] == "config" for argv in node.fake.calls("azcmagent"))
-    # Preflight's reachability probes go through the proxy, except to loopback (no_proxy's
-    # default): the emulator's endpoints, and the public authority where it names that.
-    entra = set() if node.emu.authority == node.emu.entra else {f"{urllib.parse.urlsplit(node.emu.authority).hostname}:443"}
-    assert set(proxy.connects()) <= entra
+    assert proxy.connects() == []
 
 
 def test_a_token_file_left_by_a_killed_run_is_removed_by_the_next_one(node):

@@ -170,4 +170,3 @@ def put_machine(emulator, name, resource_group=C.ARC_RG, api_version="2024-07-10
     )
     assert status in (200, 201), body
     return body
-
