@@ -67,9 +67,10 @@ BASE_PACKAGES = (
     # import python3-apt on the node (they would install it from the node's sources, here
     # only our repository).
     "cloud-init", "openssh-server", "python3-apt",
-    # needrestart, as Ubuntu's server images have it (issue 13): its apt hook is off in the
-    # base (BASE_HOOKS); the scenarios that meet it turn it on (node.enable_needrestart).
-    "needrestart",
+    # needrestart and unattended-upgrades, as Ubuntu's server images have them (docs/ubuntu.md):
+    # needrestart's apt hook is off in the base (BASE_HOOKS), the scenarios that meet it turn
+    # it on (node.enable_needrestart); unattended-upgrades runs only when a scenario runs it.
+    "needrestart", "unattended-upgrades",
 )
 # Run in the bootstrapped root (mmdebstrap --customize-hook). cloud-init.disabled: its
 # systemd generator then leaves cloud-init out of the boot (cloud-init's docs, "How to
@@ -84,6 +85,10 @@ BASE_HOOKS = (
     'ln -sf /dev/null "$1"/etc/systemd/system/ssh.service',
     'ln -sf /dev/null "$1"/etc/systemd/system/ssh.socket',
     'chmod a-x "$1"/usr/lib/needrestart/apt-pinvoke',
+    # apt's daily timers (apt.systemd.daily: list updates, unattended-upgrade) masked: they
+    # catch up at boot (Persistent=true) and would take dpkg's lock under a scenario's apt-get.
+    'ln -sf /dev/null "$1"/etc/systemd/system/apt-daily.timer',
+    'ln -sf /dev/null "$1"/etc/systemd/system/apt-daily-upgrade.timer',
 )
 # Debian's containerd, runc and CNI plugins: repacked as release tarballs (tests/e2e/mirror.py)
 # so the node runs the real containerd under systemd.

@@ -235,6 +235,11 @@ def install_joined(node, mirror, **answers):
     return node.apt_get("install", "aks-flex-node", check=False)
 
 
+def main_pid(node, unit):
+    """systemd's MainPID of `unit` on the node, as a string ("0": not running)."""
+    return node.c.run(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
+
+
 def wait_for_state(node, wanted=("succeeded",), timeout=180, interval=2):
     """Poll `aks-flex-node status --json` until its state is one of `wanted`; the last status."""
     deadline = time.monotonic() + timeout

@@ -50,10 +50,6 @@ def ansible_tools(e2e_host):
                     f"apt-get install {' '.join(missing)}")
 
 
-def main_pid(node, unit):
-    return node.c.run(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
-
-
 class Controller:
     """Ansible on this host: a key, a vault, an inventory, and ansible-playbook runs."""
 
@@ -175,7 +171,7 @@ def _scenario(boot_node, fresh_repo, newer_deb, mirror, tmp_path, control_dir):
         registered = n.cluster_nodes(emu)[name]
         assert n.is_ready(registered), registered["status"]
         joined[name] = {"machine": machine["id"], "vm_id": machine["vm_id"], "uid": registered["metadata"]["uid"],
-                        "kubelet": main_pid(node, "kubelet")}
+                        "kubelet": n.main_pid(node, "kubelet")}
         assert node.c.read(n.SOURCES).decode().count("Signed-By: /usr/share/keyrings/aks-flex-node-archive-keyring.gpg")
     assert len({j["machine"] for j in joined.values()}) == 3
     # The secret: censored in Ansible's output, moved out of debconf, in one file per node
@@ -225,6 +221,6 @@ def _scenario(boot_node, fresh_repo, newer_deb, mirror, tmp_path, control_dir):
         registered = n.cluster_nodes(emu)[name]
         assert n.is_ready(registered), registered["status"]
         assert {"machine": machine["id"], "vm_id": machine["vm_id"], "uid": registered["metadata"]["uid"],
-                "kubelet": main_pid(node, "kubelet")} == joined[name], name
+                "kubelet": n.main_pid(node, "kubelet")} == joined[name], name
     assert len(n.arc_machines(emu, NAMES[0]) + n.arc_machines(emu, NAMES[1]) + n.arc_machines(emu, NAMES[2])) == 3
     assert n.arm_writes(emu)[writes:] == []

@@ -30,17 +30,13 @@ def put(emu, obj):
     emu.admin("POST", "kube/objects", {"cluster_id": C.CLUSTER_ID, "object": obj})
 
 
-def main_pid(node):
-    return node.c.run(["systemctl", "show", "-p", "MainPID", "--value", "kubelet"]).stdout.strip()
-
-
 def test_upgrade_moves_the_kubelet_from_1_30_to_1_31_under_systemd(node, mirror, debs):
     emu = node.emulator
     apt = n.install_joined(node, mirror)
     assert apt.returncode == 0, apt.stderr[-5000:]
     n.wait_for_state(node)
     assert n.cluster_nodes(emu)[n.MACHINE_NAME]["status"]["nodeInfo"]["kubeletVersion"] == f"v{C.K8S_VERSION}"
-    before_pid = main_pid(node)
+    before_pid = n.main_pid(node, "kubelet")
 
     put(emu, {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "kube-system"},
               "spec": {"selector": {"matchLabels": {"app": "agent"}}}})
@@ -60,7 +56,7 @@ def test_upgrade_moves_the_kubelet_from_1_30_to_1_31_under_systemd(node, mirror,
     pods = set(emu.state()["kube_objects"][C.CLUSTER_ID.lower()]["pods"])
     assert "default/web-1" not in pods and "kube-system/agent-x1" in pods
     # systemd restarted the unit onto the new binary, reached through the links.
-    assert node.c.is_active("kubelet") == "active" and main_pid(node) != before_pid
+    assert node.c.is_active("kubelet") == "active" and n.main_pid(node, "kubelet") != before_pid
     assert node.c.run(["/usr/local/bin/kubelet", "--version"]).stdout.strip() == "Kubernetes v1.31.2"
     assert node.c.run(["readlink", f"{KUBE_LIB}/current"]).stdout.strip() == "v1.31.2"
     status = json.loads(node.c.run(["aks-flex-node", "status", "--json"]).stdout)

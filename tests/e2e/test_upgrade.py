@@ -7,16 +7,13 @@ restarts, without asking, what still runs replaced code). Neither apt run may wa
 it must find nothing of ours to restart."""
 
 import json
+import time
 
 import pytest
 
 from tests.e2e import node as n
 
 pytestmark = pytest.mark.e2e
-
-
-def main_pid(node, unit):
-    return node.c.run(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
 
 
 def test_upgrade_keeps_the_node_joined_without_touching_azure(boot_node, fresh_repo, newer_deb, mirror):
@@ -30,7 +27,7 @@ def test_upgrade_keeps_the_node_joined_without_touching_azure(boot_node, fresh_r
     # which a noninteractive apt turns into "list only" (needrestart 3.6, /usr/sbin/needrestart).
     assert node.needrestart_runs() == ["unset"], apt.stdout[-3000:]
     assert node.dpkg_status() == f"install ok installed|{newer_deb.old_version}"
-    pids = {unit: main_pid(node, unit) for unit in ("kubelet", "containerd")}
+    pids = {unit: n.main_pid(node, unit) for unit in ("kubelet", "containerd")}
     conf, secret = node.c.read(n.CONF), node.c.read("/etc/aks-flex-node/sp-client-secret")
     joined = json.loads(node.c.read("/var/lib/aks-flex-node/ledger.json"))["joined"]
     writes = len(n.arm_writes(emu))
@@ -58,7 +55,7 @@ def test_upgrade_keeps_the_node_joined_without_touching_azure(boot_node, fresh_r
     # containerd never restarted; the configuration, the secret and the ledger as they were.
     assert n.arm_writes(emu)[writes:] == []
     assert mirror.requests[downloads:] == []
-    assert {unit: main_pid(node, unit) for unit in pids} == pids
+    assert {unit: n.main_pid(node, unit) for unit in pids} == pids
     assert node.c.read(n.CONF) == conf
     assert node.c.read("/etc/aks-flex-node/sp-client-secret") == secret
     assert json.loads(node.c.read("/var/lib/aks-flex-node/ledger.json"))["joined"] == joined
@@ -66,7 +63,12 @@ def test_upgrade_keeps_the_node_joined_without_touching_azure(boot_node, fresh_r
 
     # That check is not blind: with the agent's script newer than the agent (as after an
     # upgrade whose postinst had not restarted it), needrestart names the agent. (It reads
-    # only the script's own time, not our modules': needrestart 3.6's Python scan.)
+    # only the script's own time, not our modules': needrestart 3.6's Python scan. It
+    # tolerates a script up to 2 s newer than the process: the agent, restarted by the
+    # upgrade, is let grow older than that first.)
+    agent = n.main_pid(node, "aks-flex-node-agent")
+    age = int(node.c.run(["ps", "-o", "etimes=", "-p", agent]).stdout)
+    time.sleep(max(0, 4 - age))
     node.c.run(["touch", "/usr/bin/aks-flex-node"])
     scan = node.c.run(["needrestart", "-b", "-r", "l"], check=False)
     assert "NEEDRESTART-SVC: aks-flex-node-agent.service" in scan.stdout, scan.stdout + scan.stderr
