@@ -67,10 +67,17 @@ class ArtifactServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     route = server.routes.get(path)
                     first = route["before"].pop(0) if route and route["before"] else None
+                counted = True
                 try:
                     if route is None:
                         return self._send(404, b"not found")
                     time.sleep(route["delay"])
+                    # Out of flight before the answer is written: a client that has read it
+                    # may start its next request at once, which must not find this one still
+                    # counted (seen under load: four in flight with three slots).
+                    with server.lock:
+                        server.in_flight -= 1
+                    counted = False
                     body, tag = route["body"], {"ETag": route["etag"]} if route["etag"] else {}
                     asked = self.headers.get("Range")
                     if route["ranges"] and asked and self.headers.get("If-Range") == route["etag"]:
@@ -88,8 +95,9 @@ class ArtifactServer:
                         return self._send(302, b"", headers={"Location": route["redirect"]})
                     return self._send(route["status"], body, headers=tag)
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    if counted:
+                        with server.lock:
+                            server.in_flight -= 1
 
             def _send(self, status, body, length=None, headers=None):
                 self.send_response(status)
