@@ -82,10 +82,8 @@ class Emulator:
         # the same URL, except on an azure-identity that accepts only Entra ID's own hosts
         # (Ubuntu 22.04's), where it is the public cloud's, routed here by name.
         self.entra = endpoints["authority"]
-        self.authority = self.entra
-        if entra_by_public_name():
-            self.authority = f"https://{PUBLIC_AUTHORITY_HOST}"
-            self.route_entra()
+        self.authority = f"https://{PUBLIC_AUTHORITY_HOST}" if entra_by_public_name() else self.entra
+        self.route_entra()
         self.himds = endpoints["himds"]
         self.artifacts = endpoints["artifacts"]
         self.apiserver = endpoints["apiserver"]
@@ -216,14 +214,19 @@ class Emulator:
 
         self.route_entra()
         kwargs = {"authority": self.authority, "connection_verify": self.ca_bundle}
-        if self.authority == self.entra:
+        if not self.routed:
             kwargs.update(sdk_compat.instance_discovery_switch(credential_class or ClientSecretCredential))
         return kwargs
+
+    @property
+    def routed(self):
+        """Whether clients reach this emulator's Entra ID by the public authority's name."""
+        return self.authority != self.entra
 
     def route_entra(self, environ=None):
         """Resolve the public authority's name to this emulator, in `environ` (default: this
         process's, which the CLI's environment copies). Nothing when it is not routed."""
-        if self.authority == self.entra:
+        if not self.routed:
             return
         port = urllib.parse.urlsplit(self.entra).port
         routes_hook().route(PUBLIC_AUTHORITY_HOST, "127.0.0.1", port, os.environ if environ is None else environ)

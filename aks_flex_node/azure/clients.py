@@ -148,9 +148,8 @@ class Clients:
         # Here, not at the top: sdk_compat imports azure.identity, which this module does not need.
         from aks_flex_node.azure.sdk_compat import authorization_options
 
-        options = authorization_options(AuthorizationManagementClient)
-        return self._get("authorization", subscription_id,
-                         lambda *args, **kwargs: AuthorizationManagementClient(*args, **kwargs, **options))
+        return self._get("authorization", subscription_id, lambda *args, **kwargs: AuthorizationManagementClient(
+            *args, **kwargs, **authorization_options(AuthorizationManagementClient)))
 
     def containerservice(self, subscription_id):
         from azure.mgmt.containerservice import ContainerServiceClient

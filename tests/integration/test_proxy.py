@@ -102,7 +102,7 @@ def proxied_node(node, proxy):
     no_proxy lists (the same emulator port as ARM under another name)."""
     main = urllib.parse.urlsplit(node.emu.arm)
     mirror = f"https://localhost:{main.port}/artifacts"
-    if node.emu.authority != node.emu.entra:
+    if node.emu.routed:
         pytest.skip("the authority is the public cloud's, routed to the emulator inside our processes only "
                     "(azure-identity 1.7.0: tests/sitehook/emulator_routes.py); tinyproxy would resolve "
                     f"{node.emu.authority} through the machine's DNS")
@@ -192,8 +192,7 @@ def test_a_proxy_with_a_password_is_refused_before_anything_changes(node, proxy)
     secret = "pr0xy-s3cret"
     # Where the suite routes the public authority's name to the emulator (azure-identity 1.7.0),
     # that name goes in no_proxy: through tinyproxy it would be looked up in the machine's DNS.
-    routed = {"no_proxy": urllib.parse.urlsplit(node.emu.authority).hostname} \
-        if node.emu.authority != node.emu.entra else {}
+    routed = {"no_proxy": urllib.parse.urlsplit(node.emu.authority).hostname} if node.emu.routed else {}
     configure(node, https_proxy=f"http://user:{secret}@127.0.0.1:{proxy.port}", **routed)
     proc, summary = node.cli_json("bootstrap")
     assert proc.returncode != 0

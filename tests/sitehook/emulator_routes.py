@@ -6,8 +6,8 @@ Entra ID's own authority hosts there (aks_flex_node/azure/auth.py). To run the j
 stack the tests configure the real public authority, https://login.microsoftonline.com, and
 resolve its name to the emulator: as /etc/hosts plus a port forward would, at the one place
 every client asks (socket.getaddrinfo), so the SDK, MSAL and the library run exactly the code
-they run against Entra ID (MSAL knows the host, asks no instance discovery, reads the tenant's
-openid-configuration). TLS is unchanged: the name is checked against the emulator's
+they run against Entra ID (MSAL knows the host: it asks /common/discovery/instance only for
+the host's aliases, then reads the tenant's openid-configuration). TLS is unchanged: the name is checked against the emulator's
 certificate, which carries it (tests/emulator/tls.py).
 
 The routes come from the environment, read at each lookup so that children inherit them:
@@ -43,10 +43,9 @@ def parse(text):
 
 def route(host, address, port, environ=os.environ):
     """Add (or move) the route for `host` in `environ`; returns the variable's new value."""
-    routes = parse(environ.get(VARIABLE, ""))
-    routes[host.lower()] = (address, port)
+    new = parse(f"{host}={address}:{port}")  # refuses a target off loopback before anything changes
+    routes = {**parse(environ.get(VARIABLE, "")), **new}
     value = ",".join(f"{h}={a}:{p}" for h, (a, p) in routes.items())
-    parse(value)  # refuses a target off loopback before the environment changes
     environ[VARIABLE] = value
     return value
 
@@ -54,8 +53,9 @@ def route(host, address, port, environ=os.environ):
 def getaddrinfo(host, port, *args, **kwargs):
     if isinstance(host, bytes):
         host = host.decode("ascii", "replace")
-    if isinstance(host, str) and str(port) in ("443", "https"):
-        target = parse(os.environ.get(VARIABLE, "")).get(host.lower().rstrip("."))
+    routes = os.environ.get(VARIABLE)  # unset in every run but Ubuntu 22.04's: no parsing then
+    if routes and isinstance(host, str) and str(port) in ("443", "https"):
+        target = parse(routes).get(host.lower().rstrip("."))
         if target:
             host, port = target
     return _system_getaddrinfo(host, port, *args, **kwargs)

@@ -15,20 +15,20 @@ import sys
 import textwrap
 
 import pytest
-from azure.identity import ClientSecretCredential
 
-from aks_flex_node.azure import auth, sdk_compat
+from aks_flex_node.azure import auth
 from aks_flex_node.azure.clients import Clients
 from aks_flex_node.clouds import CUSTOM, CloudEndpoints
 from tests.emulator import constants as C
 from tests.emulator_fixtures import emulator, fake_host, fresh_emulator  # noqa: F401  (fixtures)
+from tests.emulator_fixtures import entra_by_public_name
 
 __all__ = ["emulator", "fresh_emulator", "fake_host", "no_proxy", "endpoints", "secret_file", "operator",
            "azure_clients", "put_machine", "settings_for", "reader_clients", "node_clients", "fake_az",
            "NO_DISCOVERY_SWITCH"]
 
 # True on azure-identity 1.7.0 (Ubuntu 22.04's): the library refuses a custom authority.
-NO_DISCOVERY_SWITCH = sdk_compat.instance_discovery_switch(ClientSecretCredential) is None
+NO_DISCOVERY_SWITCH = entra_by_public_name()
 
 # The stand-in `az account get-access-token --output json --resource R [--tenant T]`: the
 # token comes from the emulator's token endpoint (client credentials), the output has the
