@@ -27,8 +27,10 @@ The real-size profile: a BIG_MB MB kubernetes-node tarball (random bytes, so gzi
 shrink it) placed in the emulator's mirror, served at BIG_RATE bytes per second with a strong
 ETag and Range support (tests/emulator/artifacts.py). Its floor is reading the bytes at that
 rate and throwing them away; the figure is the kubernetes phase alone (`bootstrap --phase
-kubernetes` on a fresh node pinned to that version: download with the sha256 taken on the
-way, verify, list and extract the members, write them), from the run's own summary. Then the
+kubernetes` on a fresh node pinned to that version: the download, with the sha256 taken and
+the members unpacked beside their destinations as the bytes arrive, then the check of the
+sha256 and the renames into place), from the run's own summary; the installed kubelet is
+checked against the tarball's before the figure counts. Then the
 same on a fresh node whose transfer the mirror cuts at half (the truncate fault, once): the
 bytes the mirror sent in all, and the Range header of each GET.
 
@@ -36,6 +38,7 @@ The agent's memory: `aks-flex-node agent` on the joined node, its VmRSS read fro
 it waits between passes (after its first, full pass and after a local one).
 """
 
+import hashlib
 import io
 import json
 import os
@@ -280,13 +283,25 @@ def resident_after_import(*modules):
 
 def big_tarball(path):
     """A kubernetes-node tarball of about BIG_MB MB: a kubelet of random bytes (it is never
-    run here) and the small kubectl and kubeadm, gzip level 1 (random bytes do not shrink)."""
+    run here) and the small kubectl and kubeadm, gzip level 1 (random bytes do not shrink).
+    The sha256 of each member, by name."""
+    digests = {}
     with tarfile.open(path, "w:gz", compresslevel=1) as tar:
         for name, size in (("kubelet", BIG_MB << 20), ("kubectl", 1 << 20), ("kubeadm", 1 << 20)):
             info = tarfile.TarInfo(f"kubernetes/node/bin/{name}")
             info.size, info.mode, info.mtime = size, 0o755, 1700000000
-            tar.addfile(info, io.BytesIO(os.urandom(size)))
-    return path
+            data = os.urandom(size)
+            digests[name] = hashlib.sha256(data).hexdigest()
+            tar.addfile(info, io.BytesIO(data))
+    return digests
+
+
+def check_installed(node, digests):
+    """A fast install counts only when it is right: each binary is the tarball's."""
+    for name, digest in digests.items():
+        with open(node.path(f"/usr/local/lib/aks-flex-node/kubernetes/v{BIG_VERSION}/{name}"), "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != digest:
+                raise SystemExit(f"the real-size install wrote a {name} that is not the tarball's")
 
 
 def plain_read(url, ca_bundle):
@@ -306,12 +321,13 @@ def phase_seconds(summary, name):
 def big_artifact_profile(emu, base):
     """(plain read s, install s, resumed install s, bytes sent for the resumed one, size, the
     resumed run's Range headers):
-    the kubernetes phase of a node pinned to BIG_VERSION (download with the hash taken on
-    the way, verify, extract, write), timed by its own summary; then again on a fresh node
+    the kubernetes phase of a node pinned to BIG_VERSION (download, hashed and unpacked as it
+    arrives, then verify and rename), timed by its own summary; then again on a fresh node
     whose download is cut at half (the truncate fault, once)."""
     emu.reset()
     base.mkdir(parents=True, exist_ok=True)
-    tarball = big_tarball(base / BIG_NAME)
+    tarball = base / BIG_NAME
+    digests = big_tarball(tarball)
     size = tarball.stat().st_size
     emu.admin("POST", "artifacts", {"name": BIG_NAME, "path": str(tarball)})
     emu.settings(artifact_rate=BIG_RATE, rbac_propagation_delay=0)
@@ -321,6 +337,7 @@ def big_artifact_profile(emu, base):
     node = make_node(emu, base / "whole", pinned)
     _, summary = timed_json(node, "bootstrap", "--phase", "kubernetes")
     install = phase_seconds(summary, "kubernetes")
+    check_installed(node, digests)
     before = len(emu.state()["artifact_downloads"])
     cut = size // 2
     emu.faults([{"match": {"server": "artifacts", "path_regex": re.escape(BIG_NAME) + "$", "times": 1},
@@ -328,6 +345,7 @@ def big_artifact_profile(emu, base):
     node = make_node(emu, base / "resumed", pinned)
     _, summary = timed_json(node, "bootstrap", "--phase", "kubernetes")
     resumed = phase_seconds(summary, "kubernetes")
+    check_installed(node, digests)
     # What the mirror sent: the cut first answer, then each Range's rest of the file.
     gets = [d for d in emu.state()["artifact_downloads"][before:] if d["file"] == BIG_NAME and d["method"] == "GET"]
     sent = sum(cut if i == 0 else size - int(re.match(r"bytes=(\d+)-", d["range"] or "bytes=0-").group(1))

@@ -12,7 +12,6 @@ import base64
 from dataclasses import dataclass
 from typing import Optional
 
-import yaml
 from azure.core.exceptions import ResourceNotFoundError
 
 from aks_flex_node.azure.auth import azure_errors
@@ -87,6 +86,8 @@ def _kubeconfig_bytes(value):
 
 def parse_kubeconfig(data, source):
     """(server, ca_pem) of the first cluster in a kubeconfig document."""
+    import yaml  # only when credentials are listed: a converged run never pays for it
+
     try:
         doc = yaml.safe_load(data)
     except yaml.YAMLError as err:

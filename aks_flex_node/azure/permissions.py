@@ -8,6 +8,7 @@ and that block's notActions do not. Upstream found out mid-way, with a 403 after
 connect (Azure/AKSFlexNode#183).
 """
 
+import concurrent.futures
 import fnmatch
 
 from aks_flex_node.azure.auth import azure_errors
@@ -50,14 +51,22 @@ def _group_blocks(clients, subscription_id, resource_group):
 
 
 def require_join_permissions(clients, cluster_ref, arc_subscription_id, arc_resource_group):
-    """Raise AuthError naming every missing action, and where, before a join begins."""
-    missing = []
-    with azure_errors(f"reading the operator's permissions on {cluster_ref.resource_id}"):
-        blocks = _cluster_blocks(clients, cluster_ref)
-    missing += [(a, cluster_ref.resource_id) for a in CLUSTER_ACTIONS if not allowed(a, blocks)]
+    """Raise AuthError naming every missing action, and where, before a join begins.
+
+    The two scopes are read at once: each read is an ARM round trip on the way of every
+    bootstrap, a converged one included (the cluster's error is raised first)."""
     group_id = f"/subscriptions/{arc_subscription_id}/resourceGroups/{arc_resource_group}"
-    with azure_errors(f"reading the operator's permissions on {group_id}"):
-        blocks = _group_blocks(clients, arc_subscription_id, arc_resource_group)
+
+    def group_blocks():
+        with azure_errors(f"reading the operator's permissions on {group_id}"):
+            return _group_blocks(clients, arc_subscription_id, arc_resource_group)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        group = pool.submit(group_blocks)
+        with azure_errors(f"reading the operator's permissions on {cluster_ref.resource_id}"):
+            blocks = _cluster_blocks(clients, cluster_ref)
+        missing = [(a, cluster_ref.resource_id) for a in CLUSTER_ACTIONS if not allowed(a, blocks)]
+        blocks = group.result()
     missing += [(a, group_id) for a in ARC_GROUP_ACTIONS if not allowed(a, blocks)]
     if missing:
         lines = "\n  ".join(f"{action} on {scope}" for action, scope in missing)

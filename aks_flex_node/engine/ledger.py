@@ -6,6 +6,8 @@ parent_dir (removed only when empty of anything we did not create), state_dir (a
 state directory we created: it goes with its content, never across a mount), cache_dir,
 unit, role_assignment, arc_machine, azcmagent_connection, node, artifact (the files an
 install from one URL writes, recorded before the first of them: steps/artifacts.py),
+staging (the temp files such an install is writing beside their destinations, with the
+run's pid, until they are renamed into place: the leftovers of a killed run),
 agentpool_machine (the node's Machine in its FlexNodes pool: steps/agentpool.py),
 kubelet_upgrade (an upgrade of the kubelet under way, or the last one that failed:
 steps/kubelet_upgrade.py). A file entry with `link` is a symlink we made.
@@ -39,14 +41,15 @@ FORMAT_VERSION = 1
 KINDS = frozenset({
     "file", "dir", "parent_dir", "state_dir", "cache_dir", "unit", "role_assignment",
     "arc_machine", "azcmagent_connection", "azcmagent_config", "node", "artifact",
-    "agentpool_machine", "kubelet_upgrade"})
+    "agentpool_machine", "kubelet_upgrade", "staging"})
 
 
 # What we write (_empty, record, owe, set_joined); `version` is checked on its own.
 ENTRY = Obj(required={"step": TEXT, "kind": TEXT, "id": TEXT},
             optional={"backup": TEXT, "mode": INTEGER, "url": TEXT, "members": ListOf(TEXT),
                       "previous": TEXT, "link": TEXT, "version": TEXT, "from": TEXT, "to": TEXT,
-                      "phase": TEXT, "cordoned": FLAG, "why": TEXT, "fingerprint": ListOf(INTEGER)})
+                      "phase": TEXT, "cordoned": FLAG, "why": TEXT, "fingerprint": ListOf(INTEGER),
+                      "files": ListOf(TEXT), "pid": INTEGER})
 LEDGER_SHAPE = Obj(optional={
     "version": INTEGER, "entries": ListOf(ENTRY),
     "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),

@@ -8,7 +8,7 @@ so `aks-flex-node token` can take `host.fs` without paying for tarfile, ssl and 
 import importlib
 
 _WHERE = {
-    "ArchiveError": "archive", "read_members": "archive",
+    "ArchiveError": "archive",
     "Azcmagent": "azcmagent", "AzcmagentError": "azcmagent",
     "ChecksumMismatch": "download", "DownloadError": "download", "Downloader": "download",
     "DownloadUnavailable": "download",

@@ -1,12 +1,18 @@
-"""Reading chosen files out of a tar archive, safely.
+"""Reading chosen files out of a tar archive, safely, in one pass from front to back.
 
-Nothing is extracted with tarfile's extract: members are read into memory one at a time
-for the caller to install with Host.write_file, so an unchanged binary is a no-op and
-every install is atomic. Like the upstream agent's extractor (no absolute paths, no `..`,
-regular files only, 1 GiB per file: github.com/Azure/AKSFlexNode,
-pkg/utils/utilio/download.go at tag v0.0.10), an archive with an absolute or `..` member
-name is refused outright, and a chosen member that is not a regular file (a link, a
-device, a fifo) is an error rather than something to follow.
+Nothing is extracted with tarfile's extract: the caller gets each chosen member's content
+as a file object to copy where it decides (steps/artifacts.py stages it next to its
+destination and renames it into place only once the archive's sha256 has matched). The
+archive is read in tarfile's stream mode ('r|*'), so it is read once, never seeked, and
+can be read while it downloads: a member is handed over as soon as its bytes are there.
+
+Like the upstream agent's extractor (no absolute paths, no `..`, regular files only, 1 GiB
+per file: github.com/Azure/AKSFlexNode, pkg/utils/utilio/download.go at tag v0.0.10), an
+archive with an absolute or `..` member name is refused, and a chosen member that is not a
+regular file (a link, a device, a fifo) is an error rather than something to follow. Read
+in one pass, such a member may come after chosen members were already handed over: the
+caller keeps what it got aside until the whole archive has been read, and drops it on an
+error (nothing of a refused archive is installed).
 """
 
 import tarfile
@@ -15,6 +21,10 @@ import zlib
 from aks_flex_node.errors import FlexNodeError
 
 MAX_MEMBER_BYTES = 1 << 30
+# What tarfile's stream mode reads at a time (its default is 10 KiB: a 100 MB archive
+# would take ten thousand reads).
+STREAM_BUFFER = 1 << 20
+_DAMAGE = (tarfile.TarError, EOFError, zlib.error, OSError)  # EOFError: cut in a block
 
 
 class ArchiveError(FlexNodeError):
@@ -52,51 +62,53 @@ def _kind(member):
     return "special file"
 
 
-def _chosen(archive_path, wanted, max_member_bytes, read):
-    """Yield (member_name, dest_name, data or None) for each member `wanted` maps to a
-    name, checked as read_members says; the data is read only when `read`."""
+def members(body, wanted, archive, max_member_bytes=MAX_MEMBER_BYTES):
+    """Yield (member_name, dest_name, content) for each regular file `wanted` maps to a
+    name, in the archive's order, reading `body` (a binary file object) once.
+
+    `wanted(member_name)` returns the destination name relative to the target directory,
+    or None to skip the member. Member names are normalised ("./x" -> "x"). `content` is
+    a file object of the member's bytes, to be read before the next member is asked for.
+    `archive` names the archive in messages. Every member, chosen or not, is checked as
+    it comes; the generator ends after the archive's last member.
+    """
     try:
-        tar = tarfile.open(archive_path, "r:*")
-    except FileNotFoundError:
-        raise ArchiveError(f"archive {archive_path} does not exist") from None
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:  # EOFError: cut in its first block
-        raise ArchiveError(f"cannot read archive {archive_path}: {e}") from e
+        tar = tarfile.open(fileobj=body, mode="r|*", bufsize=STREAM_BUFFER)
+    except _DAMAGE as e:
+        raise ArchiveError(f"cannot read archive {archive}: {e}") from e
     with tar:
         try:
             for member in tar:
-                name = _normal_name(member.name, archive_path)
+                name = _normal_name(member.name, archive)
                 if member.isdir() or not name:
                     continue
                 dest = wanted(name)
                 if dest is None:
                     continue
-                dest = _check_dest(dest, name, archive_path)
+                dest = _check_dest(dest, name, archive)
                 if not member.isreg():
                     raise ArchiveError(
-                        f"archive {archive_path} member {name} is a {_kind(member)}: "
+                        f"archive {archive} member {name} is a {_kind(member)}: "
                         "expected a regular file"
                     )
                 if member.size > max_member_bytes:
                     raise ArchiveError(
-                        f"archive {archive_path} member {name} is {member.size} bytes: "
+                        f"archive {archive} member {name} is {member.size} bytes: "
                         f"expected at most {max_member_bytes}"
                     )
-                yield name, dest, (tar.extractfile(member).read() if read else None)
-        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-            raise ArchiveError(f"archive {archive_path} is damaged: {e}") from e
+                yield name, dest, _Content(tar.extractfile(member), f"archive {archive} member {name}")
+        except _DAMAGE as e:
+            raise ArchiveError(f"archive {archive} is damaged: {e}") from e
 
 
-def read_members(archive_path, wanted, max_member_bytes=MAX_MEMBER_BYTES):
-    """Yield (member_name, dest_name, data) for each regular file `wanted` maps to a name.
+class _Content:
+    """A member's bytes; damage met while reading them is an ArchiveError too."""
 
-    `wanted(member_name)` returns the destination name relative to the target directory,
-    or None to skip the member. Member names are normalised ("./x" -> "x").
-    """
-    yield from _chosen(archive_path, wanted, max_member_bytes, read=True)
+    def __init__(self, f, shown):
+        self._f, self._shown = f, shown
 
-
-def list_members(archive_path, wanted, max_member_bytes=MAX_MEMBER_BYTES):
-    """[(member_name, dest_name)] that read_members would yield, with the same checks, read
-    through the whole archive (so a damaged one fails here) without keeping any content:
-    what an install will write, known before it writes anything."""
-    return [(name, dest) for name, dest, _ in _chosen(archive_path, wanted, max_member_bytes, read=False)]
+    def read(self, size=-1):
+        try:
+            return self._f.read(size)
+        except _DAMAGE as e:
+            raise ArchiveError(f"{self._shown} is damaged: {e}") from e

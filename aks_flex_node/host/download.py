@@ -17,11 +17,19 @@ first response carried (ETag, else Last-Modified: §13.1.5), so a file changed o
 server in between comes whole instead of spliced. A server that answers 200 instead of 206
 sends the whole body, and the download starts over; without a validator it always does.
 The sha256 is computed as the bytes arrive, across attempts: one pass over the body.
+
+A caller that unpacks what it downloads (fetch_into) reads the body while it arrives: its
+sink runs in a thread of its own over the part file as it grows, so an archive is
+extracted while it downloads and never read a second time. A resumed download goes on
+feeding the same read; one that starts over tells the sink to drop what it made and read
+again from the first byte; a body that does not match its sha256 is never read to its end
+(the sink is told to drop everything).
 """
 
 import errno
 import hashlib
 import http.client
+import io
 import logging
 import os
 import re
@@ -102,24 +110,105 @@ class _Transient(Exception):
 class _Partial:
     """The body of one fetch so far, kept across its attempts: the file it is written to,
     how many bytes it holds, their running sha256, and the validator that lets the next
-    attempt ask for the rest (None: it cannot, it starts over)."""
+    attempt ask for the rest (None: it cannot, it starts over).
 
-    def __init__(self, out):
+    A sink's reader (_Body) follows it from another thread: `size` only counts bytes that
+    are in the file, `generation` changes when the body starts over, and `outcome` says
+    how the fetch ended ("verified", "mismatch" or "failed"; None while it runs)."""
+
+    def __init__(self, out, path):
         self.out = out
+        self.path = path
         self.size = 0
         self.digest = hashlib.sha256()
         self.validator = None
+        self.generation = 0
+        self.outcome = None
+        self.changed = threading.Condition()
 
     def restart(self):
-        self.out.seek(0)
-        self.out.truncate()
-        self.size = 0
-        self.digest = hashlib.sha256()
+        if not self.size:
+            return  # nothing was written, nor read by a sink
+        with self.changed:
+            self.out.seek(0)
+            self.out.truncate()
+            self.size = 0
+            self.digest = hashlib.sha256()
+            self.generation += 1
+            self.changed.notify_all()
+
+    def append(self, chunk):
+        self.digest.update(chunk)
+        self.out.write(chunk)  # an OSError here is the file's: _write_part names it
+        self.out.flush()  # in the file before a reader is told it is there
+        with self.changed:
+            self.size += len(chunk)
+            self.changed.notify_all()
+
+    def end(self, outcome):
+        with self.changed:
+            self.outcome = outcome
+            self.changed.notify_all()
+
+    def settled(self, generation):
+        """Wait until the fetch has ended or started over: its outcome when it ended on the
+        body of `generation`, None when it started over since."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.outcome is not None or self.generation != generation)
+            return self.outcome if self.generation == generation else None
 
     def resume_headers(self):
         if not self.size or self.validator is None:
             return {}
         return {"Range": f"bytes={self.size}-", "If-Range": self.validator}
+
+
+class _StartedOver(Exception):
+    """The body a sink was reading was thrown away: the download started over."""
+
+
+class _Abandoned(Exception):
+    """The fetch failed or did not match its sha256: nothing it sent is of use."""
+
+
+class _Body(io.RawIOBase):
+    """The bytes of a part file for a sink to read while they are written: a read waits
+    for more until the fetch ends, and ends (b"") once the whole body has verified."""
+
+    def __init__(self, part):
+        super().__init__()
+        self._part = part
+        self.generation = part.generation
+        self._fd = os.open(part.path, os.O_RDONLY | os.O_CLOEXEC)
+        self._offset = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        part = self._part
+        with part.changed:
+            part.changed.wait_for(lambda: part.generation != self.generation
+                                  or part.size > self._offset or part.outcome is not None)
+            if part.generation != self.generation:
+                raise _StartedOver()
+            if part.outcome not in (None, "verified"):
+                raise _Abandoned()
+            if part.size <= self._offset:
+                return 0  # the whole body, verified
+            wanted = min(len(buffer), part.size - self._offset)
+        data = os.pread(self._fd, wanted, self._offset)
+        with part.changed:
+            if part.generation != self.generation:  # truncated while we read
+                raise _StartedOver()
+        buffer[:len(data)] = data
+        self._offset += len(data)
+        return len(data)
+
+    def close(self):
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
 
 
 def check_sha256(value, field="sha256"):
@@ -224,6 +313,23 @@ class Downloader:
     def fetch(self, url, sha256):
         """Path of a verified local copy of `url`, downloading it only when the cache
         does not already hold a file with this sha256."""
+        return self._fetch(url, sha256, None)[0]
+
+    def fetch_into(self, url, sha256, sink):
+        """Fetch `url` as fetch does while `sink` reads it; what sink.read_from returned.
+
+        `sink.read_from(body)` gets the body as a binary file object: the cached copy when
+        there is one, else the download as it arrives (a read waits for the next bytes), in
+        a thread of its own. Its result is returned once the body has matched `sha256`.
+        `sink.discard()` is called whenever what it made from a body must go: the download
+        started over (read_from is then called again, from the first byte), the body did
+        not match, the download failed, or read_from raised. An error read_from raised is
+        raised once the body is verified: a body that does not match is reported as that,
+        not as whatever it made the reader trip over.
+        """
+        return self._fetch(url, sha256, sink)[1]
+
+    def _fetch(self, url, sha256, sink):
         check_url(url)
         sha256 = check_sha256(sha256)
         final = self.cache_path(url, sha256)
@@ -232,18 +338,24 @@ class Downloader:
             if fs.file_sha256(final) == sha256:
                 log.debug("cache hit for %s: %s", url, final)
                 self._checksums_verified(sha256, True)
-                return Path(final)
+                return Path(final), (_read_cached(final, sink) if sink else None)
             if fs.exists(final):
                 log.warning("cached %s does not match its sha256; downloading it again", final)
                 fs.remove(final)
             fs.make_parents(self.cache_dir)
             try:
-                self._download_to(url, final, sha256)  # with retries, each attempt resuming
-            except ChecksumMismatch:
-                self._checksums_verified(sha256, False)
+                read = self._download_to(url, final, sha256, sink)  # with retries, each attempt resuming
+            except BaseException as e:
+                if sink is not None:
+                    sink.discard()
+                if isinstance(e, ChecksumMismatch):
+                    self._checksums_verified(sha256, False)
                 raise
         self._checksums_verified(sha256, True)
-        return Path(final)
+        if read is not None and read.error is not None:
+            sink.discard()
+            raise read.error
+        return Path(final), (read.result if read else None)
 
     def checksum(self, checksum_url, filename):
         """The sha256 that the checksum file at `checksum_url` gives for `filename`.
@@ -359,9 +471,10 @@ class Downloader:
             raise DownloadError(f"checksum file {url} is larger than {MAX_CHECKSUM_BYTES} bytes")
         return body
 
-    def _download_to(self, url, final, sha256):
+    def _download_to(self, url, final, sha256, sink):
         """Download `url` into a part file next to `final`, every attempt continuing the
-        same part (_Partial), verify the sha256 and rename it into place."""
+        same part (_Partial), verify the sha256 and rename it into place; the sink's
+        reading of it (_Feed), or None."""
         started = time.monotonic()
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".download-{os.getpid()}.", suffix=".part",
@@ -369,7 +482,7 @@ class Downloader:
         except OSError as e:
             raise self._cannot_save(url, self.cache_dir, e) from e
         try:
-            size = self._write_part(url, fd, tmp, final, sha256)
+            size, read = self._write_part(url, fd, tmp, final, sha256, sink)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -377,6 +490,7 @@ class Downloader:
                 pass
             raise
         log.info("downloaded %s: %d bytes in %.1fs", url, size, time.monotonic() - started)
+        return read
 
     def _cannot_save(self, url, path, err):
         """The error for a local write that failed (a full or read-only file system),
@@ -386,29 +500,38 @@ class Downloader:
                   "(docs/configuration.md)") if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
         return DownloadError(f"cannot save {url} as {path}: {reason}", remedy=remedy)
 
-    def _write_part(self, url, fd, tmp, final, sha256):
+    def _write_part(self, url, fd, tmp, final, sha256, sink):
         """Receive `url` into the part file `tmp` (open as `fd`), verify it and rename it to
-        `final`; its size."""
+        `final`: (its size, the sink's reading of it or None)."""
         try:
             with os.fdopen(fd, "wb") as out:
-                part = _Partial(out)
-                self._with_retries(url, lambda: self._receive(url, part))
-                actual = part.digest.hexdigest()
-                if actual != sha256:
-                    raise ChecksumMismatch(
-                        f"sha256 mismatch for {url}: expected {sha256}, got {actual} "
-                        f"({part.size} bytes); the download was deleted",
-                        remedy="check that the version, architecture and checksum belong together",
-                    )
+                part = _Partial(out, tmp)
+                read = _Feed(part, sink) if sink is not None else None
+                try:
+                    self._with_retries(url, lambda: self._receive(url, part))
+                    actual = part.digest.hexdigest()
+                    if actual != sha256:
+                        part.end("mismatch")
+                        raise ChecksumMismatch(
+                            f"sha256 mismatch for {url}: expected {sha256}, got {actual} "
+                            f"({part.size} bytes); the download was deleted",
+                            remedy="check that the version, architecture and checksum belong together",
+                        )
+                    part.end("verified")
+                finally:
+                    if part.outcome is None:
+                        part.end("failed")
+                    if read is not None:
+                        read.join()
                 os.fchmod(out.fileno(), 0o644)
-                out.flush()
-                os.fsync(out.fileno())
+            # Not fsynced: a cached file is hashed again before every use (fetch), so one a
+            # power cut left short is downloaded again, and a 100 MB fsync is not paid twice.
             os.replace(tmp, final)
         except OSError as e:
-            # The part file's buffered writes, flush, fsync, close and rename: the network
-            # side's errors arrive as DownloadError (_receive).
+            # The part file's buffered writes, close and rename: the network side's errors
+            # arrive as DownloadError (_receive).
             raise self._cannot_save(url, tmp, e) from e
-        return part.size
+        return part.size, read
 
     def _receive(self, url, part):
         """One attempt: the rest of the body after `part.size` bytes (all of it when the
@@ -437,7 +560,9 @@ class Downloader:
             received = 0
             while True:
                 try:
-                    chunk = response.read(CHUNK)
+                    # What has arrived, up to CHUNK (read() would wait for a whole CHUNK):
+                    # a sink reading along (fetch_into) gets the bytes as they come.
+                    chunk = response.read1(CHUNK)
                 except (OSError, http.client.HTTPException) as e:
                     # The connection dropped mid-body (IncompleteRead, reset, timeout).
                     reason = str(e) or type(e).__name__
@@ -445,16 +570,53 @@ class Downloader:
                 if not chunk:
                     break
                 received += len(chunk)
-                part.size += len(chunk)
-                if part.size > MAX_DOWNLOAD_BYTES:
+                if part.size + len(chunk) > MAX_DOWNLOAD_BYTES:
                     raise DownloadError(f"cannot download {url}: larger than {MAX_DOWNLOAD_BYTES} bytes")
-                part.digest.update(chunk)
-                part.out.write(chunk)  # an OSError here is the file's: _write_part names it
+                part.append(chunk)
             # http.client does not raise IncompleteRead for a body cut short when it is
-            # read in chunks (see HTTPResponse.read(amt)): compare with Content-Length.
+            # read in pieces (see HTTPResponse.read1): compare with Content-Length.
             expected = response.headers.get("Content-Length")
             if expected and expected.isdigit() and received < int(expected):
                 raise _Transient(f"connection closed after {part.size} bytes, {int(expected) - received} short")
+
+
+class _Feed(threading.Thread):
+    """A sink reading a part file while it is written (fetch_into): read_from again from
+    the first byte whenever the download starts over, and, once the download has ended,
+    what the read of its verified body returned (`result`) or raised (`error`)."""
+
+    def __init__(self, part, sink):
+        super().__init__(name=f"read {os.path.basename(part.path)}", daemon=True)
+        self.part, self.sink = part, sink
+        self.result = self.error = None
+        self.start()
+
+    def run(self):
+        while True:
+            body = _Body(self.part)
+            self.result = self.error = None
+            try:
+                with io.BufferedReader(body, CHUNK) as buffered:
+                    self.result = self.sink.read_from(buffered)
+            except (_StartedOver, _Abandoned):
+                pass
+            except BaseException as e:  # raised for the caller once the body is verified
+                self.error = e
+            finally:
+                body.close()
+            if self.part.settled(body.generation) is not None:
+                return  # verified (the result stands) or failed (the caller discards)
+            self.sink.discard()
+
+
+def _read_cached(path, sink):
+    """sink.read_from over a verified cached file; discarded when it raises."""
+    try:
+        with open(path, "rb") as body:
+            return sink.read_from(body)
+    except BaseException:
+        sink.discard()
+        raise
 
 
 def _validator(headers):

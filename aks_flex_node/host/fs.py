@@ -134,11 +134,13 @@ def pid_alive(pid):
     return True
 
 
-def stale_temps(path):
+def stale_temps(path, writer=None):
     """The temp files a writer of `path` killed mid-write left next to it (kill -9, a power
     cut: its `finally` never ran): `.<name>.<pid>.<random>.tmp` whose pid is gone. A
     writer that is still alive keeps its temp file; one without a pid in its name (written
-    by someone else) is never taken for ours."""
+    by someone else) is never taken for ours. `writer`: the pid of a run the caller knows
+    is over (the ledger's record of it, under the run lock), whose temps go whether or not
+    the pid has been taken by another process since."""
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
     pattern = re.compile(re.escape(_temp_prefix(path)) + r"(\d+)\.[A-Za-z0-9_]+\.tmp")
@@ -149,7 +151,8 @@ def stale_temps(path):
     stale = []
     for name in names:
         match = pattern.fullmatch(name)
-        if match and not pid_alive(int(match.group(1))):
+        pid = int(match.group(1)) if match else None
+        if match and (pid == writer if writer is not None else not pid_alive(pid)):
             candidate = os.path.join(directory, name)
             st = _lstat(candidate)
             # A regular file (write_file's) or a link (write_symlink's), never a directory.
@@ -158,11 +161,11 @@ def stale_temps(path):
     return sorted(stale)
 
 
-def remove_stale_temps(path):
-    """Remove stale_temps(path); returns what was removed. A failure is logged, not raised:
-    the leftover is the old run's, and the write at hand does not depend on it."""
+def remove_stale_temps(path, writer=None):
+    """Remove stale_temps(path, writer); returns what was removed. A failure is logged, not
+    raised: the leftover is the old run's, and the write at hand does not depend on it."""
     removed = []
-    for temp in stale_temps(path):
+    for temp in stale_temps(path, writer):
         try:
             os.unlink(temp)
             removed.append(temp)
@@ -175,17 +178,31 @@ def remove_stale_temps(path):
     return removed
 
 
+def open_temp(path):
+    """(fd, name) of a new empty file (0600, O_EXCL) next to `path`, to be renamed over it:
+    `.<name>.<pid>.<random>.tmp`, the pid letting a later run tell a dead writer's leftover
+    from a live one's (stale_temps). A stale temp of `path` is removed first."""
+    remove_stale_temps(path)
+    try:
+        return tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp",
+                                dir=os.path.dirname(path))
+    except OSError as e:  # a full or read-only filesystem, a directory we may not write
+        raise _fail("write", path, e) from e
+
+
+def sync_dir(directory, path):
+    """fsync `directory` after a rename of `path` in it (what makes the rename durable)."""
+    try:
+        _fsync_dir(directory)
+    except OSError as e:  # the file is in place; only its rename's durability is in doubt
+        raise _fail("sync the directory of", path, e) from e
+
+
 def _replace_atomically(path, content, mode, owner):
     path = os.fspath(path)
     directory = os.path.dirname(path)
     make_parents(directory)
-    remove_stale_temps(path)
-    # The pid in the name lets a later run tell a dead writer's leftover from a live one's.
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp",
-                                   dir=directory)
-    except OSError as e:  # a full or read-only filesystem, a directory we may not write
-        raise _fail("write", path, e) from e
+    fd, tmp = open_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
@@ -203,10 +220,7 @@ def _replace_atomically(path, content, mode, owner):
         if isinstance(e, OSError):
             raise _fail("write", path, e) from e
         raise
-    try:
-        _fsync_dir(directory)
-    except OSError as e:  # the file is in place; only its rename's durability is in doubt
-        raise _fail("sync the directory of", path, e) from e
+    sync_dir(directory, path)
 
 
 def write_file(path, content, mode=0o644, owner=None):
@@ -288,10 +302,7 @@ def write_symlink(path, target):
         except FileNotFoundError:
             pass
         raise _fail("link", path, e) from e
-    try:
-        _fsync_dir(directory)
-    except OSError as e:
-        raise _fail("sync the directory of", path, e) from e
+    sync_dir(directory, path)
     return "created" if st is None else "target"
 
 

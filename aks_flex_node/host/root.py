@@ -16,6 +16,7 @@ from aks_flex_node.host import fs, mounts
 from aks_flex_node.host.kernel import Kernel
 from aks_flex_node.host.run import (CommandError, SkippedRun, check_argv, display,
                                     resolve_executable, run_command)
+from aks_flex_node.host.staging import StagedFile
 from aks_flex_node.host.systemd import Systemd
 from aks_flex_node.paths import Paths
 
@@ -79,6 +80,16 @@ class Host:
         if change:
             log.debug("%s %s (mode %o)", change, path, mode)
         return change
+
+    def stage(self, path):
+        """`path` staged (host/staging.py): written beside it in full, renamed over it by
+        its commit, removed by its discard."""
+        return StagedFile(self._writable(path))
+
+    def remove_temps(self, path, writer):
+        """Remove the temp files run `writer` (a pid; a run the caller knows is over) left
+        beside `path` while writing or staging it; returns their real paths."""
+        return fs.remove_stale_temps(self._writable(path), writer)
 
     def write_symlink(self, path, target):
         """Atomically make `path` a symlink to the relative `target` (see fs.write_symlink)."""

@@ -4,32 +4,47 @@ A binary we installed is in the ledger with the URL of the release it came from,
 sha256 and its fingerprint (inode, size, modification and change times). When the wanted
 release is the recorded one and every file on disk still has its recorded fingerprint (or,
 when that differs, its recorded hash), nothing is fetched at all, not even the checksum
-file: a second bootstrap on a joined node downloads nothing and hashes nothing. Otherwise the checksum comes from the release's
-checksum file, the archive is fetched into the cache (or found there) and verified, and
-each member is written atomically (host.write_file), so a running binary is replaced by
-rename and never truncated under a running process.
+file: a second bootstrap on a joined node downloads nothing and hashes nothing. Otherwise
+the checksum comes from the release's checksum file, and the archive is read once, while
+it downloads (or from the cache): each file it installs is staged beside its destination
+as its bytes arrive (host/staging.py), and renamed into place only once the whole download
+has matched its sha256. So an install costs about the time its bytes take to arrive (`make
+bench`), a running binary is replaced by rename and never truncated under a running
+process, and an archive that does not verify, or holds a member it must not, installs
+nothing.
 
-An install is many writes, and a run may be killed between two of them. So before the
-first member is written, the ledger gets an `artifact` record: the URL and every file the
-archive installs (read from the archive, which is verified by then). "Installed" means
-that record names the wanted URL and each file it lists is on disk with the sha256 its own
-ledger entry holds; a run killed half-way leaves a record naming files that are missing or
-old, and the next run installs again. Each file's ledger entry is written before the file
-(tracked.write_tracked), so unbootstrap removes whatever a killed install had written.
+Staging writes temp files on the node, so the ledger's `staging` record names each one
+(and the run's pid) before it exists: what a run killed during the download left is
+cleared by the next install, or by unbootstrap (clear_staging).
+
+Committing is many renames, and a run may be killed between two of them. So before the
+first, the ledger gets an `artifact` record: the URL and every file the archive installs.
+"Installed" means that record names the wanted URL and each file it lists is on disk with
+the sha256 its own ledger entry holds; a run killed half-way leaves a record naming files
+that are missing or old, and the next run installs again. Each file's ledger entry is
+written before its rename (tracked.claim_file), so unbootstrap removes whatever a killed
+install had put in place.
 """
 
 import hashlib
+import logging
 import os
 import platform
 import stat
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError
-from aks_flex_node.host.archive import list_members, read_members
+from aks_flex_node.host.archive import members
+from aks_flex_node.host.fs import HostFileError
 from aks_flex_node.steps import tracked
+
+log = logging.getLogger(__name__)
 
 # The ledger kind of an install's record: {"id": artifact, "url", "members": [node paths]}.
 ARTIFACT_KIND = "artifact"
+# The ledger kind of the files an install is staging: {"id": the artifact record's id,
+# "files": [node paths], "pid": the run's}; forgotten once they are in place or gone.
+STAGING_KIND = "staging"
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
@@ -134,8 +149,13 @@ class ArtifactStep(tracked.OwnsPaths, Step):
             return None
         return (version, *ctx.config.artifact_urls(self.artifact, version, node_arch()))
 
+    def plan_staging_left(self, ctx, plan):
+        """Clear what installs of this step a run killed during their download staged."""
+        plan_clear_staging(ctx, plan, ctx.ledger.entries(step=self.name, kind=STAGING_KIND))
+
     def check(self, ctx):
         plan = Plan()
+        self.plan_staging_left(ctx, plan)
         wanted = self.wanted(ctx, plan)
         if wanted is None:
             return plan
@@ -154,46 +174,127 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         downloader = ctx.downloader()
         filename = url.rsplit("/", 1)[-1]
         digest = downloader.checksum(checksum_url, filename)
-        archive = downloader.fetch(url, digest)
-        names = self.member_names(archive)
-        if not names:
-            raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
-        directory = self.target_dir(version)
-        # Written (and saved) before the first member: a run killed among the writes
-        # leaves a record naming the files still missing, and installed() says so.
-        ctx.ledger.record(self.name, ARTIFACT_KIND, self.record_id(version), url=url,
-                          members=[f"{directory}/{name}" for name in names])
-        tracked.make_parents(ctx, self.name, directory + "/")
-        for dest, data in self.members(archive):
-            path = f"{directory}/{dest}"
-            tracked.write_tracked(
-                ctx, self.name, path, data, 0o755, artifact=self.artifact,
-                artifact_url=url, sha256=hashlib.sha256(data).hexdigest())
-            ctx.ledger.record(self.name, "file", path, fingerprint=fingerprint(ctx.host, path))
+        clear_staging(ctx, self.name)
+        unpack = _Unpack(ctx, self, self.target_dir(version), self.record_id(version), url)
+        try:
+            if not downloader.fetch_into(url, digest, unpack):
+                raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
+            self._commit(ctx, url, version, unpack)
+        except BaseException:
+            try:
+                unpack.abandon()
+            except Exception as e:  # the failure at hand is what the operator must see
+                log.warning("cannot clean up after the failed install of %s: %s", url, e)
+            raise
+        ctx.ledger.forget(STAGING_KIND, unpack.record_id)
         if not self.installed(ctx, url, version):
             raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
 
-    def member_names(self, archive):
-        """The names (under dest_dir) the install of `archive` writes, in order, once each."""
-        if self.single_file:
-            return [self.single_file]
-        return list(dict.fromkeys(dest for _member, dest in list_members(archive, self.dest_name)))
-
-    def members(self, archive):
-        if self.single_file:
-            with open(archive, "rb") as f:
-                yield self.single_file, f.read()
-            return
-        for _member, dest, data in read_members(archive, self.dest_name):
-            yield dest, data
+    def _commit(self, ctx, url, version, unpack):
+        """Rename the staged files into place, each recorded (and what it replaces backed
+        up) before its rename."""
+        staged = {f"{unpack.directory}/{dest}": f for dest, f in unpack.staged.items()}
+        # Written (and saved) before the first rename: a run killed among them leaves a
+        # record naming the files still missing, and installed() says so.
+        ctx.ledger.record(self.name, ARTIFACT_KIND, self.record_id(version), url=url,
+                          members=list(staged))
+        for path, f in staged.items():
+            tracked.claim_file(ctx, self.name, path, artifact=self.artifact,
+                               artifact_url=url, sha256=f.sha256)
+            f.commit()
+            ctx.ledger.record(self.name, "file", path, fingerprint=fingerprint(ctx.host, path))
 
     def plan_undo(self, ctx, entries):
-        """The files and directories go as tracked's undo says; then the install's record,
-        which is only a list of those files."""
+        """What an install cut short staged goes first; the files and directories go as
+        tracked's undo says; then the install's record, which is only a list of those files."""
+        plan = Plan()
+        plan_clear_staging(ctx, plan, [e for e in entries if e["kind"] == STAGING_KIND])
         records = [e for e in entries if e["kind"] == ARTIFACT_KIND]
-        plan = super().plan_undo(ctx, [e for e in entries if e["kind"] != ARTIFACT_KIND])
+        paths = super().plan_undo(ctx, [e for e in entries if e["kind"] not in (ARTIFACT_KIND, STAGING_KIND)])
+        plan.actions += paths.actions
         for record in records:
             plan.add(f"forget the record of {record['id']} installed from {record.get('url')}",
                      f"made by the {record['step']} phase; the files it lists are removed",
                      lambda i=record["id"]: ctx.ledger.forget(ARTIFACT_KIND, i))
         return plan
+
+
+def plan_clear_staging(ctx, plan, records):
+    """Add to `plan` the clearing of `records`, staging records of runs that were killed."""
+    for record in records:
+        plan.add(f"remove what the cut-short install of {record['id']} staged",
+                 "a run killed while it downloaded left its temp files",
+                 lambda r=record: _clear(ctx, r))
+
+
+def clear_staging(ctx, step):
+    """Remove the temp files that `step`'s installs killed before they were done left
+    (its staging records name them and their run) and forget the records. Under the run
+    lock, any such record is of a run that is over."""
+    for record in ctx.ledger.entries(step=step, kind=STAGING_KIND):
+        _clear(ctx, record)
+
+
+def _clear(ctx, record):
+    for path in record.get("files", ()):
+        ctx.host.remove_temps(path, record.get("pid"))
+    ctx.ledger.forget(STAGING_KIND, record["id"])
+
+
+class _Unpack:
+    """The sink of an install's download (Downloader.fetch_into): each file the install
+    writes, staged beside its destination while the archive's bytes arrive (read_from).
+
+    The ledger's staging record names a file, with the run's pid, before its temp file
+    exists. Nothing is renamed into place here; the install commits once the download has
+    verified, or abandons: the staged files and the directories made for them go."""
+
+    def __init__(self, ctx, step, directory, record_id, source):
+        self.ctx, self.step, self.directory = ctx, step, directory
+        self.record_id, self.source = record_id, source
+        self.staged = {}  # dest name -> host StagedFile, in the archive's order
+        self._recorded = []  # node paths the staging record names
+        self._made = []  # directories made for them, top first
+
+    def read_from(self, body):
+        """Stage the chosen members of `body` (the artifact itself when it is a single
+        file); the dest names staged, in order."""
+        if self.step.single_file:
+            self._stage(self.step.single_file, body)
+        else:
+            for _member, dest, content in members(body, self.step.dest_name, self.source):
+                self._stage(dest, content)
+        return list(self.staged)
+
+    def _stage(self, dest, content):
+        ctx, path = self.ctx, f"{self.directory}/{dest}"
+        self._made += tracked.make_parents(ctx, self.step.name, path)
+        if path not in self._recorded:
+            self._recorded.append(path)
+            ctx.ledger.record(self.step.name, STAGING_KIND, self.record_id,
+                              files=list(self._recorded), pid=os.getpid())
+        earlier = self.staged.pop(dest, None)
+        if earlier is not None:  # a name the archive holds twice: the last wins, as with tar
+            earlier.discard()
+        staged = self.staged[dest] = ctx.host.stage(path)
+        staged.copy_from(content)
+        staged.finish(0o755)
+
+    def discard(self):
+        for staged in self.staged.values():
+            staged.discard()
+        self.staged = {}
+
+    def abandon(self):
+        """The install failed: its staged files and the (still empty) directories made for
+        them go, and so does the staging record. What was committed already stays, recorded
+        for undo, and so does a directory that is not empty."""
+        self.discard()
+        for directory in reversed(self._made):
+            try:
+                self.ctx.host.remove(directory)
+            except HostFileError as e:  # not empty: a file committed, or someone else's
+                log.debug("keeping %s: %s", directory, e)
+                continue
+            self.ctx.ledger.forget("parent_dir", directory)
+        self.ctx.ledger.forget(STAGING_KIND, self.record_id)

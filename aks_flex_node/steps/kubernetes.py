@@ -114,6 +114,7 @@ class KubernetesBinariesStep(ArtifactStep):
 
     def check(self, ctx):
         plan = Plan()
+        self.plan_staging_left(ctx, plan)
         wanted = self.wanted(ctx, plan)
         if wanted is None:
             return plan

@@ -56,7 +56,7 @@ def plan_file(ctx, plan, step, path, content, mode=0o644, why="", owes=()):
 
 def make_parents(ctx, step, path):
     """Create the missing directories above `path`, recording each (top first) so that
-    undo removes them again once they are empty."""
+    undo removes them again once they are empty; returns those created, top first."""
     missing = []
     parent = os.path.dirname(path)
     while parent not in ("/", "") and not os.path.isdir(ctx.host.path(parent)):
@@ -65,10 +65,12 @@ def make_parents(ctx, step, path):
     for directory in reversed(missing):
         ctx.ledger.record(step, "parent_dir", directory)
         ctx.host.ensure_dir(directory, 0o755)
+    return missing[::-1]
 
 
-def write_tracked(ctx, step, path, content, mode, **extra):
-    """Write `path` and record it as `step`'s; return what host.write_file changed."""
+def claim_file(ctx, step, path, **extra):
+    """Record `path` as `step`'s file, about to be written: its directories are made, and
+    a file someone else had there is backed up first (undo restores it)."""
     host = ctx.host
     make_parents(ctx, step, path)
     if not ctx.ledger.has("file", path):
@@ -79,7 +81,12 @@ def write_tracked(ctx, step, path, content, mode, **extra):
             host.write_file(backup, original, 0o600)
             extra.update(backup=backup, mode=original_mode)
     ctx.ledger.record(step, "file", path, **extra)
-    return host.write_file(path, content, mode)
+
+
+def write_tracked(ctx, step, path, content, mode, **extra):
+    """Write `path` and record it as `step`'s; return what host.write_file changed."""
+    claim_file(ctx, step, path, **extra)
+    return ctx.host.write_file(path, content, mode)
 
 
 def link_tracked(ctx, step, path, target):

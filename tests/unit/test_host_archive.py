@@ -1,4 +1,4 @@
-"""Reading files out of real tar archives built in the test."""
+"""Reading files out of real tar archives built in the test, in one pass from the front."""
 
 import io
 import os
@@ -6,8 +6,8 @@ import tarfile
 
 import pytest
 
-from aks_flex_node.host import ArchiveError, read_members
-from aks_flex_node.host.archive import list_members
+from aks_flex_node.host import ArchiveError
+from aks_flex_node.host.archive import members
 
 
 def make_tar(path, entries, mode="w:gz"):
@@ -31,8 +31,26 @@ def every_file_below(prefix):
     return lambda name: name[len(prefix):] if name.startswith(prefix) else None
 
 
-def read_all(archive, wanted):
-    return list(read_members(archive, wanted))
+def read_all(archive, wanted, **kw):
+    with open(archive, "rb") as body:
+        return [(m, d, content.read()) for m, d, content in members(body, wanted, str(archive), **kw)]
+
+
+class Counted(io.RawIOBase):
+    """A body that counts what was read of it, and can hand out its bytes only up to a
+    point, as a download in progress does."""
+
+    def __init__(self, data):
+        self.data, self.offset = data, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        chunk = self.data[self.offset:self.offset + len(buffer)]
+        buffer[:len(chunk)] = chunk
+        self.offset += len(chunk)
+        return len(chunk)
 
 
 KUBE_NODE = [
@@ -96,13 +114,37 @@ def test_unselected_link_is_ignored(tmp_path):
 def test_member_size_cap(tmp_path):
     archive = make_tar(tmp_path / "a.tgz", [("big", b"x" * 100)])
     with pytest.raises(ArchiveError, match="member big is 100 bytes: expected at most 10"):
-        list(read_members(archive, lambda name: name, max_member_bytes=10))
+        read_all(archive, lambda name: name, max_member_bytes=10)
 
 
-def test_read_members_yields_names_and_data(tmp_path):
+def test_members_yields_names_and_content(tmp_path):
     archive = make_tar(tmp_path / "a.tgz", [("./a/x", b"1"), ("a/y", b"2"), ("b/z", b"3")])
-    got = list(read_members(archive, lambda n: n.upper() if n.startswith("a/") else None))
+    got = read_all(archive, lambda n: n.upper() if n.startswith("a/") else None)
     assert got == [("a/x", "A/X", b"1"), ("a/y", "A/Y", b"2")]
+
+
+def test_a_member_is_handed_over_before_the_archive_is_read_to_its_end(tmp_path):
+    # What lets an install unpack while it downloads: the first member's content is there
+    # while most of the archive has not been read yet (the stream is read front to back).
+    first, rest = os.urandom(1 << 20), os.urandom(8 << 20)
+    data = make_tar(tmp_path / "a.tgz", [("first", first), ("rest", rest)]).read_bytes()
+    body = Counted(data)
+    got = members(io.BufferedReader(body), lambda name: name, "a.tgz")
+    name, _, content = next(got)
+    assert (name, content.read()) == ("first", first)
+    assert body.offset < len(data) // 2, (body.offset, len(data))
+    assert [(n, c.read()) for n, _, c in got] == [("rest", rest)]
+
+
+def test_an_unsafe_member_after_a_chosen_one_fails_the_read(tmp_path):
+    # Read in one pass, a refused member may come after a chosen one was handed over: the
+    # caller learns it before the end, and installs nothing (steps/artifacts.py stages).
+    archive = make_tar(tmp_path / "evil.tgz", [("bin/ok", b"ok"), ("bin/link", tarfile.SYMTYPE, "/etc")])
+    handed = []
+    with open(archive, "rb") as body, pytest.raises(ArchiveError, match="bin/link is a symlink"):
+        for name, _, content in members(body, every_file_below("bin/"), "evil.tgz"):
+            handed.append((name, content.read()))
+    assert handed == [("bin/ok", b"ok")]
 
 
 @pytest.mark.parametrize("dest", ["../escape", "/abs", "", "a/../b"])
@@ -113,37 +155,21 @@ def test_selector_giving_an_unsafe_destination_is_rejected(tmp_path, dest):
         read_all(archive, lambda name: dest)
 
 
-def test_not_an_archive_missing_or_damaged(tmp_path):
+def test_not_an_archive_or_damaged(tmp_path):
     junk = tmp_path / "junk.tgz"
     junk.write_bytes(b"<html>404 page</html>")
     with pytest.raises(ArchiveError, match="cannot read archive .*junk.tgz"):
         read_all(junk, lambda name: name)
-    with pytest.raises(ArchiveError, match="missing.tgz does not exist"):
-        read_all(tmp_path / "missing.tgz", lambda name: name)
     good = make_tar(tmp_path / "good.tgz", [("a", os.urandom(200_000)), ("b", b"2")])
     cut = tmp_path / "cut.tgz"
     cut.write_bytes(good.read_bytes()[:50_000])
-    with pytest.raises(ArchiveError, match="cut.tgz is damaged"):
+    # Cut inside member a: the damage shows while a's content is read.
+    with pytest.raises(ArchiveError, match="cut.tgz member a is damaged"):
         read_all(cut, lambda name: name)
-
-
-def test_list_members_names_what_read_members_would_write_without_its_content(tmp_path):
-    archive = make_tar(tmp_path / "kubernetes-node.tar.gz", KUBE_NODE)
-    wanted = every_file_below("kubernetes/node/bin/")
-    assert list_members(archive, wanted) == [
-        ("kubernetes/node/bin/kubelet", "kubelet"), ("kubernetes/node/bin/kubeadm", "kubeadm")]
-    assert list_members(archive, wanted) == [(m, d) for m, d, _ in read_all(archive, wanted)]
-
-
-def test_list_members_refuses_what_read_members_refuses(tmp_path):
-    linked = make_tar(tmp_path / "link.tgz", [("bin/runc", tarfile.SYMTYPE, "/usr/bin/runc")])
-    with pytest.raises(ArchiveError, match="bin/runc is a symlink to '/usr/bin/runc'"):
-        list_members(linked, lambda name: "runc")
-    climbing = make_tar(tmp_path / "climb.tgz", [("../etc/passwd", b"x")])
-    with pytest.raises(ArchiveError, match="climbs out"):
-        list_members(climbing, lambda name: name)
+    with pytest.raises(ArchiveError, match="cut.tgz is damaged"):  # a skipped, then b's header
+        read_all(cut, {"b": "b"}.get)
     whole = make_tar(tmp_path / "whole.tgz", [("a", b"x" * 4096), ("b", b"y" * 4096)])
     damaged = tmp_path / "damaged.tgz"
     damaged.write_bytes(whole.read_bytes()[:40])
-    with pytest.raises(ArchiveError, match="cannot read archive .*damaged.tgz"):  # was a bare EOFError
-        list_members(damaged, lambda name: name)
+    with pytest.raises(ArchiveError, match="damaged.tgz"):  # not a bare EOFError
+        read_all(damaged, lambda name: name)

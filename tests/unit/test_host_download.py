@@ -93,13 +93,13 @@ class ArtifactServer:
                         return self._send(first, b"failing")
                     if route["redirect"]:
                         return self._send(302, b"", headers={"Location": route["redirect"]})
-                    return self._send(route["status"], body, headers=tag)
+                    return self._send(route["status"], body, headers=tag, hold=route["hold"])
                 finally:
                     if counted:
                         with server.lock:
                             server.in_flight -= 1
 
-            def _send(self, status, body, length=None, headers=None):
+            def _send(self, status, body, length=None, headers=None, hold=None):
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(body) if length is None else length))
                 for k, v in (headers or {}).items():
@@ -107,6 +107,11 @@ class ArtifactServer:
                 if length is not None:
                     self.send_header("Connection", "close")
                 self.end_headers()
+                if hold is not None:  # the first half, then the rest once the test says so
+                    self.wfile.write(body[:len(body) // 2])
+                    self.wfile.flush()
+                    hold.wait(10)
+                    body = body[len(body) // 2:]
                 self.wfile.write(body)
                 if length is not None:
                     self.close_connection = True
@@ -122,10 +127,12 @@ class ArtifactServer:
         self.thread.start()
 
     def serve(self, path, body=b"", status=200, before=(), delay=0.0, redirect=None, etag=None,
-              ranges=False):
-        """`before`: what the first requests get (an HTTP status, or "truncate")."""
+              ranges=False, hold=None):
+        """`before`: what the first requests get (an HTTP status, or "truncate"); `hold`: an
+        Event the whole body's answer waits for after its first half."""
         self.routes[path] = {"body": body, "status": status, "before": list(before),
-                             "delay": delay, "redirect": redirect, "etag": etag, "ranges": ranges}
+                             "delay": delay, "redirect": redirect, "etag": etag, "ranges": ranges,
+                             "hold": hold}
         return self.origin + path
 
     def count(self, path):
@@ -272,6 +279,115 @@ def test_a_resumed_download_that_does_not_match_is_still_refused(server, cache):
     with pytest.raises(ChecksumMismatch):
         downloader(cache).fetch(url, sha(b"another release"))
     assert os.listdir(cache) == []
+
+
+# ---- fetch_into: a sink reads the body while it arrives ----------------------------------------
+
+
+class Sink:
+    """Keeps what each read_from read, and counts the reads that reached the end; `early`
+    is set once it has read that many bytes; `fail` is raised after a whole read."""
+
+    def __init__(self, early=1, fail=None):
+        self.reads, self.discards, self.ended, self.fail = [], 0, 0, fail
+        self.early, self.got_early = early, threading.Event()
+
+    def read_from(self, body):
+        data = bytearray()
+        self.reads.append(data)
+        while True:
+            chunk = body.read(64 << 10)
+            if not chunk:
+                break
+            data += chunk
+            if len(data) >= self.early:
+                self.got_early.set()
+        self.ended += 1
+        if self.fail is not None:
+            raise self.fail
+        return bytes(data)
+
+    def discard(self):
+        self.discards += 1
+
+
+def test_fetch_into_reads_the_body_while_it_arrives(server, cache):
+    body, hold = os.urandom(1 << 20), threading.Event()
+    url = server.serve("/kubernetes-node.tar.gz", body, hold=hold)
+    sink, out = Sink(early=len(body) // 2), {}
+    fetching = threading.Thread(target=lambda: out.update(got=downloader(cache).fetch_into(url, sha(body), sink)))
+    fetching.start()
+    try:
+        # The server holds the second half back: the sink has the first half already.
+        assert sink.got_early.wait(10), "the sink did not see the first half while the server held the rest"
+        assert "got" not in out
+    finally:
+        hold.set()
+        fetching.join(10)
+    assert out["got"] == body and len(sink.reads) == 1 and sink.discards == 0
+    assert (cache / f"{sha(body)}-kubernetes-node.tar.gz").read_bytes() == body
+
+
+def test_fetch_into_goes_on_reading_across_a_resume(server, cache):
+    body = os.urandom(400_000)
+    url = server.serve("/cni.tgz", body, before=["truncate"], etag='"v1"', ranges=True)
+    sink = Sink()
+    assert downloader(cache).fetch_into(url, sha(body), sink) == body
+    assert [r for _, r in server.ranges] == [None, "bytes=200000-"]
+    assert len(sink.reads) == 1 and sink.discards == 0, "one read of one body"
+
+
+def test_fetch_into_reads_again_when_the_download_starts_over(server, cache):
+    body = os.urandom(400_000)
+    url = server.serve("/runc.amd64", body, before=["truncate"])  # no validator: no Range
+    sink = Sink()
+    assert downloader(cache).fetch_into(url, sha(body), sink) == body
+    assert sink.discards >= 1 and bytes(sink.reads[-1]) == body
+    assert all(body.startswith(bytes(read)) for read in sink.reads), "each read from the first byte"
+
+
+def test_fetch_into_a_body_that_does_not_match_is_discarded_and_never_returned(server, cache):
+    body = os.urandom(100_000)
+    url = server.serve("/containerd.tar.gz", body)
+    sink = Sink()
+    with pytest.raises(ChecksumMismatch):
+        downloader(cache).fetch_into(url, sha(b"another release"), sink)
+    assert sink.discards >= 1 and os.listdir(cache) == []
+    assert sink.ended == 0, "no read reached the end: the body never verified"
+
+
+def test_fetch_into_a_sink_error_is_raised_once_the_body_is_verified(server, cache):
+    body = os.urandom(100_000)
+    url = server.serve("/cni.tgz", body)
+    sink = Sink(fail=ValueError("member bin/evil is a symlink"))
+    with pytest.raises(ValueError, match="symlink"):
+        downloader(cache).fetch_into(url, sha(body), sink)
+    assert sink.discards == 1
+    # The body verified, so it is cached: the release is what it is, not the transfer.
+    assert downloader(cache).fetch(url, sha(body)).read_bytes() == body and server.count("/cni.tgz") == 1
+    # A sink that fails on a body that does not match: the mismatch is what is reported.
+    other = server.serve("/other.tgz", body)
+    with pytest.raises(ChecksumMismatch):
+        downloader(cache).fetch_into(other, sha(b"x"), Sink(fail=ValueError("damaged")))
+
+
+def test_fetch_into_a_cached_body_is_read_from_the_cache(server, cache):
+    body = os.urandom(100_000)
+    url = server.serve("/kubelet.tgz", body)
+    downloader(cache).fetch(url, sha(body))
+    sink = Sink()
+    assert downloader(cache).fetch_into(url, sha(body), sink) == body
+    assert server.count("/kubelet.tgz") == 1 and sink.discards == 0
+    with pytest.raises(ValueError):
+        downloader(cache).fetch_into(url, sha(body), Sink(fail=ValueError("bad member")))
+
+
+def test_fetch_into_a_failed_download_discards_what_the_sink_made(server, cache):
+    url = server.serve("/gone.tgz", status=404)
+    sink = Sink()
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        downloader(cache).fetch_into(url, sha(b"x"), sink)
+    assert sink.discards >= 1 and [n for n in os.listdir(cache) if n.endswith(".part")] == []
 
 
 def test_redirect_is_followed(server, cache):
