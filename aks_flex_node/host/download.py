@@ -175,10 +175,11 @@ class _Body(io.RawIOBase):
     """The bytes of a part file for a sink to read while they are written: a read waits
     for more until the fetch ends, and ends (b"") once the whole body has verified."""
 
-    def __init__(self, part):
+    def __init__(self, part, generation):
+        self._fd = None  # first: close() runs even when the open below fails
         super().__init__()
         self._part = part
-        self.generation = part.generation
+        self.generation = generation
         self._fd = os.open(part.path, os.O_RDONLY | os.O_CLOEXEC)
         self._offset = 0
 
@@ -206,8 +207,9 @@ class _Body(io.RawIOBase):
         return len(data)
 
     def close(self):
-        if not self.closed:
+        if self._fd is not None:
             os.close(self._fd)
+            self._fd = None
         super().close()
 
 
@@ -593,18 +595,16 @@ class _Feed(threading.Thread):
 
     def run(self):
         while True:
-            body = _Body(self.part)
+            generation = self.part.generation
             self.result = self.error = None
             try:
-                with io.BufferedReader(body, CHUNK) as buffered:
-                    self.result = self.sink.read_from(buffered)
+                with io.BufferedReader(_Body(self.part, generation), CHUNK) as body:
+                    self.result = self.sink.read_from(body)
             except (_StartedOver, _Abandoned):
                 pass
             except BaseException as e:  # raised for the caller once the body is verified
                 self.error = e
-            finally:
-                body.close()
-            if self.part.settled(body.generation) is not None:
+            if self.part.settled(generation) is not None:
                 return  # verified (the result stands) or failed (the caller discards)
             self.sink.discard()
 
