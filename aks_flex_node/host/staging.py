@@ -26,11 +26,10 @@ _CHUNK = 1 << 20
 
 
 class StagedFile:
-    """`real` (the real path of the destination) staged; `shown` names it in messages."""
+    """`real` (the real path of the destination) staged."""
 
-    def __init__(self, real, shown=None):
+    def __init__(self, real):
         self.real = os.fspath(real)
-        self.shown = shown or self.real
         fd, self.temp = fs.open_temp(self.real)
         self._file = os.fdopen(fd, "wb")
         self._digest = hashlib.sha256()
@@ -38,15 +37,11 @@ class StagedFile:
         self.sha256 = None
         self.mode = None
 
-    def _fail(self, action, err):
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        return fs.HostFileError(f"cannot {action} {self.shown}: {reason}")
-
     def write(self, data):
         try:
             self._file.write(data)
         except OSError as e:  # ENOSPC: the message names the file, not its temp
-            raise self._fail("write", e) from e
+            raise fs._fail("write", self.real, e) from e
         self._digest.update(data)
         self.size += len(data)
 
@@ -67,22 +62,22 @@ class StagedFile:
             os.fsync(self._file.fileno())
             self._file.close()
         except OSError as e:
-            raise self._fail("write", e) from e
+            raise fs._fail("write", self.real, e) from e
         self.sha256, self.mode = self._digest.hexdigest(), mode
 
     def commit(self):
         """Rename the staged file over its destination: "created", "content", or None when
         the destination already held these bytes with this mode (the staged copy goes)."""
         if self.sha256 is None:
-            raise RuntimeError(f"{self.shown}: commit before finish")
+            raise RuntimeError(f"{self.real}: commit before finish")
         try:
             st = os.lstat(self.real)
         except FileNotFoundError:
             st = None
         except OSError as e:
-            raise self._fail("write", e) from e
+            raise fs._fail("write", self.real, e) from e
         if st is not None and stat.S_ISDIR(st.st_mode):
-            raise fs.HostFileError(f"cannot write {self.shown}: it is a directory, expected a file")
+            raise fs.HostFileError(f"cannot write {self.real}: it is a directory, expected a file")
         regular = st is not None and stat.S_ISREG(st.st_mode)
         if regular and st.st_size == self.size and stat.S_IMODE(st.st_mode) == self.mode \
                 and fs.file_sha256(self.real) == self.sha256:
@@ -94,7 +89,7 @@ class StagedFile:
                 os.chmod(self.temp, self.mode)  # chown clears set-id bits
             os.replace(self.temp, self.real)
         except OSError as e:
-            raise self._fail("write", e) from e
+            raise fs._fail("write", self.real, e) from e
         self.temp = None
         fs.sync_dir(os.path.dirname(self.real), self.real)
         return "created" if st is None else "content"

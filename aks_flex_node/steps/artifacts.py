@@ -15,7 +15,7 @@ nothing.
 
 Staging writes temp files on the node, so the ledger's `staging` record names each one
 (and the run's pid) before it exists: what a run killed during the download left is
-cleared by the next install, or by unbootstrap (clear_staging).
+cleared by the next bootstrap (its plan says so) or by unbootstrap (plan_clear_staging).
 
 Committing is many renames, and a run may be killed between two of them. So before the
 first, the ledger gets an `artifact` record: the URL and every file the archive installs.
@@ -174,12 +174,11 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         downloader = ctx.downloader()
         filename = url.rsplit("/", 1)[-1]
         digest = downloader.checksum(checksum_url, filename)
-        clear_staging(ctx, self.name)
         unpack = _Unpack(ctx, self, self.target_dir(version), self.record_id(version), url)
         try:
             if not downloader.fetch_into(url, digest, unpack):
                 raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
-            self._commit(ctx, url, version, unpack)
+            self._commit(ctx, url, unpack)
         except BaseException:
             try:
                 unpack.abandon()
@@ -190,14 +189,13 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         if not self.installed(ctx, url, version):
             raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
 
-    def _commit(self, ctx, url, version, unpack):
+    def _commit(self, ctx, url, unpack):
         """Rename the staged files into place, each recorded (and what it replaces backed
         up) before its rename."""
         staged = {f"{unpack.directory}/{dest}": f for dest, f in unpack.staged.items()}
         # Written (and saved) before the first rename: a run killed among them leaves a
         # record naming the files still missing, and installed() says so.
-        ctx.ledger.record(self.name, ARTIFACT_KIND, self.record_id(version), url=url,
-                          members=list(staged))
+        ctx.ledger.record(self.name, ARTIFACT_KIND, unpack.record_id, url=url, members=list(staged))
         for path, f in staged.items():
             tracked.claim_file(ctx, self.name, path, artifact=self.artifact,
                                artifact_url=url, sha256=f.sha256)
@@ -227,15 +225,9 @@ def plan_clear_staging(ctx, plan, records):
                  lambda r=record: _clear(ctx, r))
 
 
-def clear_staging(ctx, step):
-    """Remove the temp files that `step`'s installs killed before they were done left
-    (its staging records name them and their run) and forget the records. Under the run
-    lock, any such record is of a run that is over."""
-    for record in ctx.ledger.entries(step=step, kind=STAGING_KIND):
-        _clear(ctx, record)
-
-
 def _clear(ctx, record):
+    """Remove the temp files a killed install staged (its record names them and its run:
+    under the run lock, a run that is over) and forget the record."""
     for path in record.get("files", ()):
         ctx.host.remove_temps(path, record.get("pid"))
     ctx.ledger.forget(STAGING_KIND, record["id"])

@@ -100,9 +100,9 @@ def test_a_directory_in_the_way_is_an_error_and_nothing_moves(host):
 
 
 def test_remove_temps_takes_a_recorded_runs_temps_only(host):
-    """What clear_staging relies on: the temps of `path` written by the run the ledger
-    names go, whether or not its pid was given to another process since; another
-    writer's, and files that are not our temps, stay."""
+    """What clearing a staging record relies on: the temps of `path` written by the run
+    the ledger names go, whether or not its pid was given to another process since;
+    another writer's, and files that are not our temps, stay."""
     bin_dir = host.path("/usr/local/bin")
     mine = f".kubelet.{os.getpid()}.abc123_x.tmp"   # a live pid: taken when it is the one named
     other = ".kubelet.4194999.zz9_.tmp"              # another (dead) writer of kubelet
