@@ -766,7 +766,13 @@ def run(opts):
             write_status(status)
             return 1
         write_status(status)
+        # The real certificate manager rotates on a timer set to its deadline
+        # (certificate_manager.go): waking only every `interval` could sleep through the
+        # whole window between the deadline and the certificate's expiry when it is short.
+        # (A deadline already past, a rotation that failed, waits the interval as before.)
         wake = time.time() + interval
+        if deadline is not None and client is not None and time.time() < deadline:
+            wake = min(wake, deadline)
         while not _stop and time.time() < wake:
             time.sleep(0.05)
     log("stopping")
