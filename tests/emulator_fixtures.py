@@ -146,6 +146,11 @@ class Emulator:
     def settings(self, **changes):
         return self.admin("POST", "settings", changes)
 
+    def advance_clock(self, seconds):
+        """Move the emulator's world `seconds` ahead (tests/emulator/clock.py); returns its clock.
+        fresh_emulator puts it back after the test (the next one must meet no skew)."""
+        return self.admin("POST", "clock", {"advance": seconds})
+
     def bind_himds(self, machine_id):
         return self.admin("POST", "himds/bind", {"machine_id": machine_id})
 
@@ -397,6 +402,7 @@ def fresh_emulator(emulator):
     emulator.route_entra()  # back to this emulator, after a test that started its own
     yield emulator
     emulator.clear_faults()
+    emulator.admin("DELETE", "clock")
 
 
 @pytest.fixture

@@ -6,6 +6,9 @@ GET  /state            machines, role assignments, nodes, clusters, token counts
 POST /faults           append fault rules (see faults.py); DELETE /faults clears them
 POST /reset            back to the profile's initial world (tokens and ports survive)
 GET|POST /settings     read / change runtime settings (see profiles.SETTINGS)
+GET|POST /clock        read the modelled world's clock, or {"advance": seconds}: move it ahead (clock.py);
+                       tokens expire, operations end and replication delays pass without a sleep
+DELETE /clock          back to this machine's time (a reset does it too)
 POST /himds/bind       {"machine_id": ...}: this host's HIMDS now serves that machine's identity
 POST /himds/unbind     forget it (the machine, if any, turns Disconnected as its heartbeat stops)
 POST /clusters         {"name", "resource_group", ["subscription", "kubernetes_version", "location",
@@ -29,9 +32,8 @@ GET  /throttling       ARM throttling (throttling.py): figures, bucket levels, 4
 DELETE /throttling     refill every bucket and clear the ledger (figures unchanged)
 """
 
-import time
 
-from tests.emulator import constants as c
+from tests.emulator import clock, constants as c
 from tests.emulator import agentpools, faults, kube_pods, profiles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
@@ -118,6 +120,7 @@ def handle(app, req):
             state.mark_dirty()
             return Response.json(200, state.data["faults"])
     if route == "reset" and method == "POST":
+        clock.rewind()
         state.reset()
         return Response.json(200, {"reset": True, "profile": state.profile})
     if route == "settings":
@@ -129,6 +132,15 @@ def handle(app, req):
             state.settings.update(changes)
             state.mark_dirty()
         return Response.json(200, state.settings)
+    if route == "clock":
+        if method == "DELETE":
+            clock.rewind()
+        if method == "POST":
+            try:
+                clock.advance(_object(req).get("advance"))
+            except ValueError as e:
+                raise _bad(str(e))
+        return Response.json(200, {"now": clock.now(), "offset": clock.offset()})
     if route == "himds/bind" and method == "POST":
         machine_id = _object(req).get("machine_id")
         if not isinstance(machine_id, str) or machine_id.lower() not in state.data["machines"]:
@@ -140,7 +152,7 @@ def handle(app, req):
         bound = state.data["himds"]["bound_machine"]
         machine = state.data["machines"].get((bound or "").lower())
         if machine and machine["status"] != "Disconnected":
-            machine["status"], machine["last_status_change"] = "Disconnected", time.time()
+            machine["status"], machine["last_status_change"] = "Disconnected", clock.now()
         state.data["himds"]["bound_machine"] = None
         state.mark_dirty()
         return Response.json(200, {"bound_machine": None, "was": bound})

@@ -31,11 +31,10 @@ import copy
 import re
 import secrets
 import string
-import time
 import urllib.parse
 import uuid
 
-from tests.emulator import arm
+from tests.emulator import arm, clock
 from tests.emulator import constants as c
 from tests.emulator.httpbase import Response
 from tests.emulator.state import iso
@@ -91,7 +90,7 @@ def find_machine(state, cluster_id, name):
 
 def settle(state):
     """Finish the Machine operations whose time has come."""
-    now = time.time()
+    now = clock.now()
     for op in state.data["agentpool_operations"].values():
         if op["status"] != "InProgress" or now < op["done_at"]:
             continue
@@ -280,7 +279,7 @@ def mint_bootstrap_token(state, cl, pool, principal_id):
     token_id = "".join(secrets.choice(_TOKEN_CHARS) for _ in range(6))
     while token_id in tokens:
         token_id = "".join(secrets.choice(_TOKEN_CHARS) for _ in range(6))
-    now = time.time()
+    now = clock.now()
     tokens[token_id] = {
         "token_id": token_id,
         "token_secret": "".join(secrets.choice(_TOKEN_CHARS) for _ in range(16)),
@@ -392,7 +391,7 @@ def _preconditions(req, record):
 def _start_operation(app, req, caller, pool, kind, names):
     state = app.state
     op_id = str(uuid.uuid4())
-    now = time.time()
+    now = clock.now()
     state.data["agentpool_operations"][op_id] = {
         "id": op_id, "kind": kind, "pool_id": pool["id"], "machines": list(names), "status": "InProgress",
         "start": now, "done_at": now + state.settings["machine_operation_delay"], "end": None,
@@ -417,7 +416,7 @@ def _put_machine(app, req, caller, cl, pool, name):
     machines = state.data["agentpool_machines"].setdefault(pool["id"].lower(), {})
     record = machines.get(name)
     _preconditions(req, record)
-    now = time.time()
+    now = clock.now()
     if record is None:
         record = {"id": f"{pool['id']}/machines/{name}", "name": name, "cluster_id": cl["id"],
                   "pool": pool["name"], "node_name": name, "spec": spec, "etag": str(uuid.uuid4()),

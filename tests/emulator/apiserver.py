@@ -27,7 +27,6 @@ azure-token): emulator bookkeeping, visible in /_emulator/state and never in API
 import copy
 import json
 import re
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ from tests.emulator import (certificates, kube_discovery, kube_events, kube_pods
 from tests.emulator.httpbase import Response
 from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
+from tests.emulator import clock
 
 PUBLIC_PATHS = {"/version", "/readyz", "/livez", "/healthz"}
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -210,7 +210,7 @@ def _create(app, nodes, req, user):
         raise status(409, "AlreadyExists", f'nodes "{name}" already exists', {"name": name, "kind": "nodes"})
     node.update(kind="Node", apiVersion="v1")
     meta = node.setdefault("metadata", {})
-    meta.update(uid=str(uuid.uuid4()), creationTimestamp=iso_seconds(time.time()),
+    meta.update(uid=str(uuid.uuid4()), creationTimestamp=iso_seconds(clock.now()),
                 resourceVersion=app.state.next_resource_version())
     meta.setdefault("labels", {})
     node.setdefault("spec", {})

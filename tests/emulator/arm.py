@@ -10,7 +10,7 @@ import time
 import urllib.parse
 import uuid
 
-from tests.emulator import constants as c
+from tests.emulator import clock, constants as c
 from tests.emulator import roles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
@@ -50,7 +50,7 @@ def common_headers(req, state=None):
         "Expires": "-1",
         "x-ms-request-id": request_id,
         "x-ms-correlation-request-id": req.header("x-ms-correlation-request-id") or request_id,
-        "x-ms-routing-request-id": f"{c.LOCATION.upper()}:{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}:{request_id}",
+        "x-ms-routing-request-id": f"{c.LOCATION.upper()}:{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(clock.now()))}:{request_id}",
     }
 
 
@@ -82,7 +82,7 @@ def authenticate(state, req, audiences=ARM_AUDIENCES):
     record = state.lookup_token(token.strip())
     if record is None:
         unauthorized("InvalidAuthenticationToken", "The access token is invalid.")
-    if record["expires_on"] <= time.time():
+    if record["expires_on"] <= clock.now():
         unauthorized("ExpiredAuthenticationToken",
                      "The access token expiry UTC time is earlier than current UTC time.")
     if record["audience"].rstrip("/").lower() not in audiences:

@@ -15,9 +15,9 @@ import pathlib
 import re
 import tarfile
 import threading
-import time
 
 from tests.emulator.httpbase import HttpError, Response
+from tests.emulator import clock
 
 _VERSION = r"(?P<version>\d+\.\d+\.\d+(?:[-+.][0-9A-Za-z.-]+)?)"
 _ARCH = r"(?P<arch>amd64|arm64|arm|ppc64le|s390x|riscv64)"
@@ -207,7 +207,7 @@ def handle(app, req):
     found = app.mirror.get(base) if base else None
     with app.state.lock:
         app.state.data["artifact_downloads"].append(
-            {"file": name, "method": req.method, "time": time.time(), "found": found is not None,
+            {"file": name, "method": req.method, "time": clock.now(), "found": found is not None,
              "range": req.headers.get("Range")})
         app.state.mark_dirty()
     if found is None:

@@ -12,9 +12,8 @@ unless principalType=ServicePrincipal; DELETE 200 with the body, 204 when absent
 """
 
 import re
-import time
 
-from tests.emulator import arm, roles
+from tests.emulator import arm, clock, roles
 from tests.emulator.httpbase import Response
 from tests.emulator.state import iso
 
@@ -170,7 +169,7 @@ def _create(app, req, caller, scope, name, existing):
         if not same:
             arm.fail(400, "RoleAssignmentUpdateNotPermitted",
                      "Tenant ID, application ID, principal ID, and scope are not allowed to be updated.")
-        existing["updated"] = time.time()
+        existing["updated"] = clock.now()
         state.mark_dirty()
         return Response.json(200, render(state, existing))
 
@@ -182,7 +181,7 @@ def _create(app, req, caller, scope, name, existing):
                      f"{other['name'].replace('-', '').lower()}.")
 
     principal = state.principal(principal_id)
-    young = principal is not None and time.time() - principal["created"] < state.settings["principal_replication_delay"]
+    young = principal is not None and clock.now() - principal["created"] < state.settings["principal_replication_delay"]
     if principal is None or (young and principal_type != "ServicePrincipal"):
         arm.fail(400, "PrincipalNotFound",
                  f"Principal {principal_id.replace('-', '')} does not exist in the directory {state.data['tenant_id']}. "

@@ -11,9 +11,8 @@ credential carries an exec/kubelogin user and no secret; the admin one a client 
 import base64
 import json
 import secrets
-import time
 
-from tests.emulator import agentpools, arm
+from tests.emulator import agentpools, arm, clock
 from tests.emulator import constants as c
 from tests.emulator.httpbase import Response
 
@@ -167,7 +166,7 @@ def handle(app, req, caller, sub, rg, rest):
         admin = _admin_identity(app, cl)
         text = admin_kubeconfig(cl, server, app.ca_pem, admin["cert"].encode(), admin["key"].encode(), admin["token"])
         name = "clusterAdmin"
-    cl.setdefault("credential_listings", []).append({"kind": name, "by": caller.principal_id, "at": time.time()})
+    cl.setdefault("credential_listings", []).append({"kind": name, "by": caller.principal_id, "at": clock.now()})
     state.mark_dirty()
     return Response.json(200, {"kubeconfigs": [{"name": name, "value": base64.b64encode(text.encode()).decode()}]})
 

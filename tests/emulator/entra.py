@@ -15,7 +15,7 @@ import time
 import urllib.parse
 import uuid
 
-from tests.emulator import constants as c
+from tests.emulator import clock, constants as c
 from tests.emulator.httpbase import HttpError, Response
 
 # Resources a client may ask a token for (scope minus "/.default").
@@ -34,7 +34,7 @@ def base_url(req):
 
 
 def aad_error(status, error, code, message):
-    now = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime())
+    now = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(clock.now()))
     trace, correlation = str(uuid.uuid4()), str(uuid.uuid4())
     body = {
         "error": error,
@@ -128,7 +128,7 @@ def _check_assertion(assertion, client_id, tenant):
             raise ValueError("iss and sub must both be the client ID")
         if not str(claims.get("aud", "")).rstrip("/").endswith(f"/{tenant}/oauth2/v2.0/token"):
             raise ValueError(f"aud {claims.get('aud')!r} is not this tenant's token endpoint")
-        if float(claims.get("exp", 0)) < time.time():
+        if float(claims.get("exp", 0)) < clock.now():
             raise ValueError("the assertion has expired")
     except (ValueError, TypeError) as e:
         raise aad_error(401, "invalid_client", 700027,

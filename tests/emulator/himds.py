@@ -20,9 +20,8 @@ keeps its bind/unbind model.
 import os
 import re
 import secrets
-import time
 
-from tests.emulator import constants as c
+from tests.emulator import clock, constants as c
 from tests.emulator.entra import KNOWN_RESOURCES
 from tests.emulator.httpbase import HttpError, Response
 
@@ -36,7 +35,7 @@ def _error(status, error, description, headers=None):
 
 
 def _expire_keys(state):
-    now = time.time()
+    now = clock.now()
     keys = state.data["himds"]["keys"]
     for secret, info in list(keys.items()):
         if now - info["created"] > state.settings["himds_key_ttl"]:
@@ -67,7 +66,7 @@ def _challenge(app, host=None):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secret)
-    state.data["himds"]["keys"][secret] = {"path": path, "created": time.time(), "host": host}
+    state.data["himds"]["keys"][secret] = {"path": path, "created": clock.now(), "host": host}
     state.data["himds"]["challenges"] += 1
     state.mark_dirty()
     raise _error(401, "unauthorized_client", "Authorization required: read the key file named in WWW-Authenticate "

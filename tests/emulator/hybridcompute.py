@@ -8,10 +8,9 @@ begin_delete and accepts only 202/204; 9.x/8.x use a synchronous delete that acc
 """
 
 import re
-import time
 import uuid
 
-from tests.emulator import arm
+from tests.emulator import arm, clock
 from tests.emulator import constants as c
 from tests.emulator.httpbase import Response
 from tests.emulator.state import iso
@@ -32,7 +31,7 @@ def _is_lro_api_version(api_version):
 
 def settle_operations(state):
     """Finish accepted DELETEs whose time has come (the resource disappears then)."""
-    now = time.time()
+    now = clock.now()
     for op in state.data["operations"].values():
         if op["status"] == "InProgress" and now >= op["done_at"]:
             op["status"] = "Succeeded"
@@ -52,7 +51,7 @@ def _remove_machine(state, rid):
 
 def render(state, record):
     """A machine as GET returns it."""
-    now = time.time()
+    now = clock.now()
     identity = {"type": "SystemAssigned"}
     if now - record["created"] >= state.settings["arc_identity_delay"]:
         identity.update(principalId=record["principal_id"], tenantId=c.TENANT_ID)
@@ -144,7 +143,7 @@ def _put(app, req, caller, sub, rg, name, rid, record):
     if not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values()):
         arm.fail(400, "InvalidTag", f"tags = {tags!r}: expected an object of string values.")
     props = body.get("properties") or {}
-    now = time.time()
+    now = clock.now()
     if record is not None:
         if record["location"].lower() != location.lower():
             arm.fail(409, "InvalidResourceLocation",
@@ -195,7 +194,7 @@ def _delete(app, req, sub, rid, record):
         _remove_machine(state, rid)
         return Response.empty(200)
     op_id = str(uuid.uuid4())
-    now = time.time()
+    now = clock.now()
     state.data["operations"][op_id] = {"id": op_id, "status": "InProgress", "start": now,
                                        "done_at": now + state.settings["lro_delay"], "end": None,
                                        "resource_id": rid, "location": record["location"]}

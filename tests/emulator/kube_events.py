@@ -12,12 +12,12 @@ for events.k8s.io/v1 eventTime, reportingController, reportingInstance, action a
 
 import copy
 import secrets
-import time
 import uuid
 
 from tests.emulator.httpbase import Response
 from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
+from tests.emulator import clock
 
 EVENTS_GROUP = "events.k8s.io"
 # events.k8s.io/v1 field -> core/v1 field; the others have the same name in both.
@@ -92,7 +92,7 @@ def create(app, cl, info, req):
         raise status(409, "AlreadyExists", f'events "{name}" already exists',
                      {"name": name, "kind": "events", **({"group": EVENTS_GROUP} if v1 else {})})
     event["metadata"].update(name=name, namespace=info.namespace, uid=str(uuid.uuid4()),
-                             creationTimestamp=iso_seconds(time.time()),
+                             creationTimestamp=iso_seconds(clock.now()),
                              resourceVersion=app.state.next_resource_version())
     store[key] = event
     app.state.mark_dirty()

@@ -29,10 +29,9 @@ status.observedGeneration checks, unhealthyPodEvictionPolicy, deleteOptions prec
 """
 
 import copy
-import time
 import uuid
 
-from tests.emulator import kube_select
+from tests.emulator import clock, kube_select
 from tests.emulator.httpbase import Response
 from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
@@ -144,7 +143,7 @@ def evict(app, cl, info, req, user):
             stored = budgets[0]
             stored["status"] = budget["status"]
             stored["status"]["disruptionsAllowed"] -= 1
-            stored["status"].setdefault("disruptedPods", {})[info.name] = iso_seconds(time.time())
+            stored["status"].setdefault("disruptedPods", {})[info.name] = iso_seconds(clock.now())
             stored["metadata"]["resourceVersion"] = app.state.next_resource_version()
     del pods[key]
     app.state.mark_dirty()
@@ -212,7 +211,7 @@ def put_object(app, cl, obj):
     old = store.get(key)
     obj["apiVersion"] = api_version
     meta["uid"] = old["metadata"]["uid"] if old else str(uuid.uuid4())
-    meta["creationTimestamp"] = old["metadata"]["creationTimestamp"] if old else iso_seconds(time.time())
+    meta["creationTimestamp"] = old["metadata"]["creationTimestamp"] if old else iso_seconds(clock.now())
     meta["resourceVersion"] = app.state.next_resource_version()
     meta.setdefault("generation", 1)
     obj.setdefault("spec", {})

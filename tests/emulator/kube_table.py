@@ -8,9 +8,9 @@ are answered as plain lists (no Table): this stand-in prints only what kubectl a
 """
 
 import datetime
-import time
 
 from tests.emulator.httpbase import Response
+from tests.emulator import clock
 
 _COLUMNS = [
     ("Name", "name", 0, "Name must be unique within a namespace."),
@@ -66,7 +66,7 @@ def _age(meta):
     if not created:
         return "<unknown>"
     then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
-    return human_duration(time.time() - then.timestamp())
+    return human_duration(clock.now() - then.timestamp())
 
 
 def _roles(labels):

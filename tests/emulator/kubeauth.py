@@ -41,10 +41,9 @@ Authorization (`decide`, the one answer behind every 403 and every SelfSubjectAc
 
 import hmac
 import re
-import time
 from dataclasses import dataclass, field
 
-from tests.emulator import constants as c
+from tests.emulator import clock, constants as c
 from tests.emulator import roles
 from tests.emulator.httpbase import HttpError, Response
 
@@ -179,7 +178,7 @@ def authenticate(app, cl, req):
     if cl.get("admin") and hmac.compare_digest(token, cl["admin"]["token"]):
         return User("clusterAdmin", [MASTERS_GROUP, "system:authenticated"], "static-token")
     record = app.state.lookup_token(token)
-    if record and record["expires_on"] > time.time() and record["audience"] == c.AKS_SERVER_APP_ID:
+    if record and record["expires_on"] > clock.now() and record["audience"] == c.AKS_SERVER_APP_ID:
         return User(record["principal"], ["system:authenticated"], "azure-token", uid=record["principal"])
     raise unauthorized()
 
@@ -204,7 +203,7 @@ def _bootstrap_user(state, cl, token):
     if not hmac.compare_digest(str(record.get("token_secret", "")), secret):
         raise unauthorized()
     expiration = record.get("expiration")
-    if expiration is not None and time.time() >= float(expiration):
+    if expiration is not None and clock.now() >= float(expiration):
         raise unauthorized()
     if not record.get("usage_bootstrap_authentication"):
         raise unauthorized()
@@ -330,7 +329,7 @@ def allowed(app, cl, user, verb, resource, group=""):
 def _azure_rbac_allows(state, cl, principal):
     if not cl["azure_rbac"]:
         return False
-    now = time.time()
+    now = clock.now()
     delay = state.settings["rbac_propagation_delay"]
     for a in roles.assignments_covering(state.data["role_assignments"].values(), principal, cl["id"]):
         if a["role_guid"] in c.APISERVER_ROLES and now - a["created"] >= delay:

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 
-from tests.emulator import constants as c
+from tests.emulator import clock, constants as c
 from tests.emulator import profiles, throttling
 
 STATE_FILE = "state.json"
@@ -114,7 +114,7 @@ class State:
         with self.lock:
             self.forget_himds_keys()
             old = self.data
-            now = time.time()
+            now = clock.now()
             settings = profiles.default_settings()
             settings.update(profiles.validate_settings(world["settings"]))
             data = {
@@ -194,7 +194,7 @@ class State:
             "secret": secret,
             "certificate": certificate,
             "display_name": display_name,
-            "created": time.time() if created is None else created,
+            "created": clock.now() if created is None else created,
         }
         self.mark_dirty()
 
@@ -262,7 +262,7 @@ class State:
 
     def add_role_assignment(self, scope, role_guid, principal_id, principal_type, *, name=None,
                             created=None, created_by=None, description=None, role_definition_id=None):
-        now = time.time() if created is None else created
+        now = clock.now() if created is None else created
         name = name or str(uuid.uuid4())
         scope = scope.rstrip("/") or "/"
         record = {
@@ -295,7 +295,7 @@ class State:
 
     def mint_token(self, principal_id, audience, lifetime, source):
         token = c.TOKEN_PREFIX + secrets.token_urlsafe(32)
-        now = time.time()
+        now = clock.now()
         self.data["tokens"][token] = {
             "principal": principal_id,
             "audience": audience,

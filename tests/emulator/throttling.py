@@ -37,6 +37,7 @@ import math
 import time
 
 from tests.emulator.httpbase import HttpError, Response
+from tests.emulator import clock
 
 KINDS = ("reads", "writes", "deletes")
 # The documented figures: (bucket size, refill per second).
@@ -98,7 +99,7 @@ def admit(state, req, principal, subscription, now=None):
     """Take a token for this subscription-level call, or raise the 429 ARM answers.
     Sets `req.ratelimit` (the headers for the answer) and `req.throttle` (for the ledger).
     Call with the state lock held."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     kind = operation_kind(req.method)
     world = state.data["throttling"]
     req.throttle = {"kind": kind, "principal": principal, "subscription": subscription, "retry_after": None}
@@ -142,7 +143,7 @@ def _interval(size, rate):
 
 def peek_headers(state, req, principal, subscription, now=None):
     """The remaining-requests headers without taking a token (answers refused before admission)."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     kind = operation_kind(req.method)
     return _headers(kind, *_levels(state, _buckets(state, subscription, principal, kind), now))
 
@@ -165,7 +166,7 @@ def record(state, req, status, started):
 
 def snapshot(state, since=0, now=None):
     """GET /_emulator/throttling: the figures, every bucket's level now, counts, the ledger."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     settings = state.settings
     world = state.data["throttling"]
     figures = {kind: dict(zip(("bucket", "refill_per_second"), _figures(settings, kind))) for kind in KINDS}

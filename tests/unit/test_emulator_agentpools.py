@@ -37,14 +37,11 @@ def put_machine(emu, name, token=None, spec=SPEC, pool=POOL, headers=None):
                     {"Authorization": f"Bearer {token or emu.arm_token()}", **headers})
 
 
-def poll(emu, url, token, timeout=5.0):
-    deadline = time.time() + timeout
-    while True:
-        status, _, body = emu.http("GET", url, headers={"Authorization": f"Bearer {token}"})
-        assert status == 200, body
-        if body["status"] != "InProgress" or time.time() > deadline:
-            return body
-        time.sleep(0.05)
+def operation(emu, url, token):
+    """The operation's status body, as one poll of a client sees it."""
+    status, _, body = emu.http("GET", url, headers={"Authorization": f"Bearer {token}"})
+    assert status == 200, body
+    return body
 
 
 def saved_state(emu):
@@ -210,8 +207,17 @@ def test_agent_pools_get_and_404(fresh_emulator):
 # -- Machines -----------------------------------------------------------------------------
 
 
+# Ten minutes of the emulator's clock: an operation stays in progress, however slow this
+# machine is, until the test moves the clock past it (tests/emulator/clock.py).
+OPERATION_DELAY = 600
+
+
+def finish_operations(emu):
+    emu.advance_clock(OPERATION_DELAY)
+
+
 def test_machine_put_is_a_long_running_operation(fresh_emulator, node_token):
-    fresh_emulator.settings(machine_operation_delay=0.3)
+    fresh_emulator.settings(machine_operation_delay=OPERATION_DELAY)
     status, headers, created = put_machine(fresh_emulator, "edge1", node_token)
     assert status == 201 and created["properties"]["provisioningState"] == "Creating"
     assert created["properties"]["kubernetes"]["nodeName"] == "edge1"
@@ -219,14 +225,17 @@ def test_machine_put_is_a_long_running_operation(fresh_emulator, node_token):
     url = headers["Azure-AsyncOperation"]
     _, _, first = fresh_emulator.http("GET", url, headers={"Authorization": f"Bearer {node_token}"})
     assert first["status"] == "InProgress"
-    assert poll(fresh_emulator, url, node_token)["status"] == "Succeeded"
+    finish_operations(fresh_emulator)
+    assert operation(fresh_emulator, url, node_token)["status"] == "Succeeded"
     _, _, got = fresh_emulator.arm_call("GET", f"{POOL}/machines/edge1", API, token=node_token)
     assert got["properties"]["provisioningState"] == "Succeeded"
     assert got["properties"]["kubernetes"]["nodeLabels"] == {"team": "edge"}
 
     status, headers, updated = put_machine(fresh_emulator, "edge1", node_token)
     assert status == 200 and updated["properties"]["provisioningState"] == "Updating"
-    assert poll(fresh_emulator, headers["Azure-AsyncOperation"], node_token)["status"] == "Succeeded"
+    assert operation(fresh_emulator, headers["Azure-AsyncOperation"], node_token)["status"] == "InProgress"
+    finish_operations(fresh_emulator)
+    assert operation(fresh_emulator, headers["Azure-AsyncOperation"], node_token)["status"] == "Succeeded"
     # Besides its starter, only a caller with agentPools/read may poll it (Reader has */read).
     reader = fresh_emulator.arm_token(C.READER_SP_CLIENT_ID, C.READER_SP_CLIENT_SECRET)
     stranger = fresh_emulator.mint_token(str(uuid.uuid4()), audience=C.ARM_AUDIENCE)
@@ -295,7 +304,7 @@ def test_delete_machines_taints_then_deletes_node_and_machine(fresh_emulator, no
     for name in ("edge1", "edge2"):
         assert kube("POST", "/api/v1/nodes", {"metadata": {"name": name}, "spec": {}})[0] == 201
         assert put_machine(emu, name, node_token)[0] == 201
-    emu.settings(machine_operation_delay=0.5)
+    emu.settings(machine_operation_delay=OPERATION_DELAY)
     status, headers, _ = emu.arm_call("POST", f"{POOL}/deleteMachines", API, {"machineNames": ["edge1"]})
     assert status == 202 and headers["Location"] and headers["Azure-AsyncOperation"]
 
@@ -308,7 +317,8 @@ def test_delete_machines_taints_then_deletes_node_and_machine(fresh_emulator, no
     owner = emu.arm_token()
     assert emu.http("GET", headers["Location"], headers={"Authorization": f"Bearer {owner}"})[0] == 202
 
-    assert poll(emu, headers["Azure-AsyncOperation"], owner)["status"] == "Succeeded"
+    finish_operations(emu)
+    assert operation(emu, headers["Azure-AsyncOperation"], owner)["status"] == "Succeeded"
     assert emu.http("GET", headers["Location"], headers={"Authorization": f"Bearer {owner}"})[0] == 204
     assert emu.arm_call("GET", f"{POOL}/machines/edge1", API, token=node_token)[0] == 404
     assert kube("GET", "/api/v1/nodes/edge1")[0] == 404

@@ -86,11 +86,11 @@ def test_token_response_is_imds_shaped_with_numbers_as_strings(fresh_emulator):
 
 def test_key_expires_after_the_ttl(fresh_emulator):
     connect(fresh_emulator)
-    fresh_emulator.settings(himds_key_ttl=0.2)
+    fresh_emulator.settings(himds_key_ttl=60)
     key_file = challenge(fresh_emulator)
     with open(key_file) as f:
         key = f.read()
-    time.sleep(0.3)
+    fresh_emulator.advance_clock(61)
     status, _, _ = fresh_emulator.http("GET", token_url(fresh_emulator),
                                        headers={"Metadata": "true", "Authorization": f"Basic {key}"})
     assert status == 401 and not os.path.exists(key_file)
@@ -122,7 +122,7 @@ def api(emu, token, path="/api/v1/nodes", server=None):
 
 def test_apiserver_honours_the_role_only_after_propagation(fresh_emulator):
     principal = connect(fresh_emulator)["identity"]["principalId"]
-    fresh_emulator.settings(rbac_propagation_delay=0.5)
+    fresh_emulator.settings(rbac_propagation_delay=600)  # the emulator's clock: moved, never waited for
     token = himds_token(fresh_emulator)["access_token"]
     status, _, body = api(fresh_emulator, token)
     assert status == 403 and f'User "{principal}"' in body["message"] and body["kind"] == "Status"
@@ -130,12 +130,12 @@ def test_apiserver_honours_the_role_only_after_propagation(fresh_emulator):
     assign(fresh_emulator, principal, C.ROLE_READER)  # Reader is not enough for the Kubernetes API
     # Nor is the Flex Node Agent Role: no DataActions (Azure/AKSFlexNode docs/usage/getting-started.md).
     assign(fresh_emulator, principal, C.ROLE_AKS_FLEX_NODE_AGENT)
-    time.sleep(0.6)
+    fresh_emulator.advance_clock(601)
     assert api(fresh_emulator, token)[0] == 403
     assign(fresh_emulator, principal, C.ROLE_AKS_RBAC_CLUSTER_ADMIN)
     status, _, _ = api(fresh_emulator, token)
     assert status == 403  # not propagated yet
-    time.sleep(0.6)
+    fresh_emulator.advance_clock(601)
     status, _, body = api(fresh_emulator, token)
     assert status == 200 and body["kind"] == "NodeList"
     # The other cluster's apiserver is not covered by an assignment at this cluster's scope.

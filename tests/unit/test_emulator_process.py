@@ -1,4 +1,4 @@
-"""The emulator as a process: its one JSON line, startup time, files, SIGTERM, --resume,
+"""The emulator as a process: its one JSON line, files, SIGTERM, --resume,
 --exit-with-parent, profiles, fixed ports, and no secret in its log."""
 
 import json
@@ -47,20 +47,20 @@ def test_json_line_files_and_clean_sigterm(tmp_path):
     assert _port_closed(emu.arm) and _port_closed(emu.himds) and _port_closed(emu.apiserver)
 
 
-def test_restart_reuses_the_ca_starts_fast_and_resumes(tmp_path):
+def test_restart_reuses_the_ca_and_resumes(tmp_path):
     first = start_emulator(tmp_path)
-    ca = (tmp_path / "ca.pem").read_bytes()
+    ca, ca_key = (tmp_path / "ca.pem").read_bytes(), (tmp_path / "ca-key.pem").read_bytes()
     first.arm_call("PUT", f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.ARC_RG}/providers/"
                           "Microsoft.HybridCompute/machines/survivor", "2024-07-10", {"location": C.LOCATION})
     token = first.arm_token()
     assert first.stop() == 0
 
-    started = time.time()
+    # The CA is kept, not made again (which is also what makes a restart quick; how quick
+    # is make bench's to judge, never a test's: a loaded machine makes it slower).
     second = start_emulator(tmp_path, extra_args=["--resume"])
-    elapsed = time.time() - started
     try:
-        assert elapsed < 1.5, f"startup took {elapsed:.2f} s"
         assert (tmp_path / "ca.pem").read_bytes() == ca
+        assert (tmp_path / "ca-key.pem").read_bytes() == ca_key
         assert second.arm == first.arm and second.apiserver == first.apiserver  # same ports when free
         assert [m["name"] for m in second.state()["machines"]] == ["survivor"]
         status, _, _ = second.arm_call("GET", f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.ARC_RG}/providers/"

@@ -145,10 +145,10 @@ def test_machine_get_list_and_delete(fresh_emulator, sdk):
 
 
 def test_machine_identity_appears_after_arc_identity_delay(fresh_emulator, sdk):
-    fresh_emulator.settings(arc_identity_delay=0.6)
+    fresh_emulator.settings(arc_identity_delay=600)
     connect_machine(fresh_emulator, "sdk-slow")
     assert sdk.hc.machines.get(C.CLUSTER_RG, "sdk-slow").identity.principal_id is None
-    time.sleep(0.7)
+    fresh_emulator.advance_clock(601)
     assert sdk.hc.machines.get(C.CLUSTER_RG, "sdk-slow").identity.principal_id
 
 

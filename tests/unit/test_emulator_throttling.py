@@ -57,8 +57,9 @@ def test_every_answer_counts_down_its_own_bucket(fresh_emulator):
 
 
 def test_an_empty_bucket_answers_429_with_retry_after_and_refills_at_its_rate(fresh_emulator):
-    # 0.2 tokens/s: a loaded test machine's pauses between calls refill less than a token.
-    fresh_emulator.settings(arm_reads_bucket=3, arm_reads_refill=0.2)
+    # A token every 500 s of the emulator's clock: a loaded machine's pauses between calls
+    # refill nothing worth a call; the test moves the clock instead.
+    fresh_emulator.settings(arm_reads_bucket=3, arm_reads_refill=0.002)
     token = fresh_emulator.arm_token()
     remaining = [get_machine(fresh_emulator, token)[1]["x-ms-ratelimit-remaining-subscription-reads"]
                  for _ in range(3)]
@@ -68,12 +69,12 @@ def test_an_empty_bucket_answers_429_with_retry_after_and_refills_at_its_rate(fr
     assert body["error"]["code"] == "SubscriptionRequestsThrottled"
     assert "Number of read requests for subscription" in body["error"]["message"]
     retry_after = int(headers["Retry-After"])
-    assert 1 <= retry_after <= 5  # the time one token takes at 0.2/s, less what already came back
+    assert 490 <= retry_after <= 500  # the time one token takes at 0.002/s, less what already came back
     assert headers["x-ms-ratelimit-remaining-subscription-reads"] == "0"
     # Writes have their own bucket.
     assert fresh_emulator.arm_call("PUT", f"{MACHINES}/t2", API, {"location": C.LOCATION},
                                    token=token)[0] in (200, 201)
-    time.sleep(retry_after)  # one token back, and no more
+    fresh_emulator.advance_clock(retry_after)  # one token back, and no more
     assert [get_machine(fresh_emulator, token)[0] for _ in range(2)] == [404, 429]
     snap = fresh_emulator.throttling()
     assert snap["throttled"] == 2
