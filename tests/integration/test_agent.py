@@ -1,40 +1,14 @@
 """The agent service: it finishes a pending join by itself once Azure answers, keeps a
 joined node converged, does nothing on a node that wants no join, and stops cleanly."""
 
-import json
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
-from tests.harness import REPO
-
-PENDING = "/var/lib/aks-flex-node/join-pending"
-
-
-def start_agent(node, *args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root, *args],
-        env=node.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def status(node):
-    try:
-        return json.loads(node.read("/var/lib/aks-flex-node/status.json"))
-    except (OSError, ValueError):
-        return {}
-
+from tests.agent_fixtures import PENDING, start_agent, status, wait_for_passes
+from tests.waiting import wait_for
 
 def test_agent_completes_a_pending_join_once_azure_answers(node):
     os.makedirs(node.path("/var/lib/aks-flex-node"), exist_ok=True)
@@ -63,7 +37,7 @@ def test_agent_completes_a_pending_join_once_azure_answers(node):
         passes = status(node)["started"]
         assert wait_for(lambda: status(node).get("pass") == "local"
                         and status(node)["started"] != passes, 30)
-        time.sleep(2.5)
+        assert wait_for_passes(node, 2)
         assert len(node.emu.requests(server="arm")) == arm_reads
         # It keeps watching: a stopped kubelet is started again on a later pass.
         subprocess.run(["systemctl", "stop", "kubelet"], env=node.env, check=True)
@@ -134,8 +108,9 @@ def test_a_pass_killed_mid_way_is_a_failed_pass_and_the_next_one_joins(node):
     node.emu.faults([{"match": {"server": "entra"}, "delay": 60}])
     agent = start_agent(node, "--interval", "1")
     try:
-        assert wait_for(lambda: status(node).get("state") == "running" and _children(agent.pid), 60)
-        time.sleep(1)  # well into the pass, which waits a minute on Entra ID
+        # Well into the pass: Entra ID has its request, and holds it for a minute.
+        assert wait_for(lambda: status(node).get("state") == "running" and _children(agent.pid)
+                        and node.emu.state()["fault_hits"] >= 1, 60)
         (child,) = _children(agent.pid)
         os.kill(child, signal.SIGKILL)
         node.emu.clear_faults()

@@ -13,7 +13,9 @@ import pytest
 
 from tests.emulator import constants as C
 from tests.emulator import roles as emulator_roles
+from tests.agent_fixtures import PENDING, start_agent, status, wait_for_passes
 from tests.harness import MACHINE_NAME, SECRET_PATH
+from tests.waiting import wait_for
 
 POOL_SCOPE = f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}"
 
@@ -209,15 +211,12 @@ def test_the_agent_asks_the_pool_for_a_token_only_when_the_kubelet_needs_one(poo
     assert _minted(emu) == minted
     # The node-ready phase saw the new certificate on disk; the stand-in kubelet notes its
     # serial in its status file on its own time, a moment later.
-    from tests.integration.test_agent import wait_for
     assert wait_for(lambda: _kubelet_status(node)["cert_serial"] != serial, 15), _kubelet_status(node)
     assert json.loads(node.read("/var/lib/kubelet/bootstrap-kubeconfig"))["users"][0]["user"]["token"] == token
 
     # Certificate and token both gone: the agent's local pass cannot fetch one (it asks
     # Azure nothing) and fails; the full pass after it asks the pool, writes a new 0600
     # bootstrap kubeconfig, and the node comes back.
-    from tests.integration.test_agent import start_agent, status, wait_for
-
     agent = start_agent(node, "--interval", "1")
     try:
         assert wait_for(lambda: status(node).get("pass") == "local" and status(node).get("state") == "succeeded",
@@ -227,7 +226,7 @@ def test_the_agent_asks_the_pool_for_a_token_only_when_the_kubelet_needs_one(poo
         assert wait_for(lambda: _minted(emu) == minted + 1, 60), status(node)
         assert wait_for(lambda: status(node).get("state") == "succeeded"
                         and _kubelet_status(node).get("cert_serial") not in (None, serial), 60), status(node)
-        time.sleep(3)  # more passes: the new certificate is good, nothing more is minted
+        assert wait_for_passes(node, 2)  # more passes: the new certificate is good, nothing more is minted
         assert _minted(emu) == minted + 1
     finally:
         agent.terminate()
@@ -244,8 +243,6 @@ def test_the_agent_asks_the_pool_for_a_token_only_when_the_kubelet_needs_one(poo
 def test_a_pending_join_is_retried_until_the_pool_role_is_in_place(pool_node):
     """The postinst marks the join pending; the node's role is not assigned yet (and the
     pool throttles at first): the agent retries, and joins once an operator assigns it."""
-    from tests.integration.test_agent import PENDING, start_agent, status, wait_for
-
     node, emu = pool_node, pool_node.emu
     [assignment] = [a for a in emu.state()["role_assignments"] if a["principal_id"] == C.NODE_SP_OBJECT_ID]
     path = f"{assignment['scope']}/providers/Microsoft.Authorization/roleAssignments/{assignment['name']}"

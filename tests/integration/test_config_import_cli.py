@@ -10,7 +10,7 @@ import pytest
 
 from aks_flex_node import paths
 from tests.harness import REPO
-from tests.unit.test_config import make_root
+from tests.config_fixtures import make_root
 from tests.unit.test_upstream_config import SECRET, document
 
 

@@ -11,7 +11,7 @@ from aks_flex_node.azure import agentpool, permissions
 from aks_flex_node.config.model import parse_cluster_id
 from aks_flex_node.errors import AuthError, FlexNodeError
 from tests.emulator import constants as C
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
 
 REF = parse_cluster_id(C.CLUSTER_ID)
 TOKEN = "abcdef.0123456789abcdef"

@@ -9,7 +9,7 @@ from aks_flex_node import kube
 from aks_flex_node.azure import aks
 from aks_flex_node.errors import AuthError, FlexNodeError
 from tests.emulator import constants as C
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
 
 
 class Ref:

@@ -6,8 +6,8 @@ import azure.mgmt.hybridcompute
 from aks_flex_node.azure import arc
 from aks_flex_node.errors import TemporaryError
 from tests.emulator import constants as C
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import put_machine
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import put_machine
 
 # hybridcompute 10.x has begin_delete (LRO, api >= 2025); 8.x/9.x a synchronous delete.
 LRO_SDK = int(azure.mgmt.hybridcompute.__version__.split(".")[0]) >= 10

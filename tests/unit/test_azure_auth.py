@@ -15,8 +15,8 @@ from aks_flex_node.azure import auth, sdk_compat
 from aks_flex_node.errors import AuthError, ExitCode, TemporaryError
 from tests.emulator import constants as C
 from tests.emulator_fixtures import PUBLIC_AUTHORITY_HOST, routes_hook
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import NO_DISCOVERY_SWITCH, settings_for, write_secret
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import NO_DISCOVERY_SWITCH, settings_for, write_secret
 
 
 def token_requests(emulator):

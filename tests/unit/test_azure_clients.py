@@ -15,8 +15,8 @@ from aks_flex_node.clouds import CUSTOM, CloudEndpoints
 from aks_flex_node.errors import TemporaryError
 from aks_flex_node.http_policy import HttpPolicy
 from tests.emulator import constants as C
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import put_machine, settings_for
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import put_machine, settings_for
 
 
 class ClusterRef:

@@ -7,8 +7,8 @@ import pytest
 from aks_flex_node.azure import rbac, roles, sdk_compat
 from aks_flex_node.errors import AuthError, TemporaryError
 from tests.emulator import constants as C
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import put_machine
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import put_machine
 
 SCOPE = C.CLUSTER_ID
 

@@ -8,14 +8,14 @@ import pytest
 
 from aks_flex_node import config
 from aks_flex_node.errors import ConfigError, ExitCode
-from tests.unit.test_config import CLUSTER_ID, MINIMAL, SUB, TENANT, conf_text, load, problems_of, with_values, write_conf
+from tests.config_fixtures import CLUSTER_ID, MINIMAL, SUB, TENANT, conf_text, load, problems_of, with_values, write_conf
 
 SP_ID = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 
 @pytest.fixture
 def root(tmp_path):
-    from tests.unit.test_config import make_root
+    from tests.config_fixtures import make_root
 
     return make_root(tmp_path)
 

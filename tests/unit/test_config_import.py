@@ -11,7 +11,7 @@ import pytest
 from aks_flex_node import config, paths
 from aks_flex_node.config import importer
 from aks_flex_node.errors import ConfigError
-from tests.unit.test_config import make_root
+from tests.config_fixtures import make_root
 from tests.unit.test_upstream_config import SECRET, document
 
 CONF = paths.CONFIG

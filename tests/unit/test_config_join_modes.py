@@ -10,7 +10,7 @@ import pytest
 
 from aks_flex_node import config
 from aks_flex_node.errors import ConfigError
-from tests.unit.test_config import MINIMAL, load, make_root, problems_of, with_values
+from tests.config_fixtures import MINIMAL, load, make_root, problems_of, with_values
 
 SP_ID = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 TOKEN = "abcdef.0123456789abcdef"

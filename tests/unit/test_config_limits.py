@@ -5,13 +5,13 @@ import pytest
 
 from aks_flex_node import config
 from aks_flex_node.config import checks, spec
-from tests.unit.test_config import load, with_values
+from tests.config_fixtures import load, with_values
 from tests.unit.test_config_errors import only_problem
 
 
 @pytest.fixture
 def root(tmp_path):
-    from tests.unit.test_config import make_root
+    from tests.config_fixtures import make_root
 
     return make_root(tmp_path)
 

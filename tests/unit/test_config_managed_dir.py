@@ -8,7 +8,7 @@ import pytest
 from aks_flex_node import paths
 from aks_flex_node.config import managed_dir
 from aks_flex_node.errors import ConfigError
-from tests.unit.test_config import load, make_root, with_values
+from tests.config_fixtures import load, make_root, with_values
 
 
 @pytest.fixture

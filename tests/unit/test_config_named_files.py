@@ -10,7 +10,7 @@ import pytest
 from aks_flex_node import config
 from aks_flex_node.config import named_files
 from aks_flex_node.errors import ConfigError
-from tests.unit.test_config import make_root, write_conf
+from tests.config_fixtures import make_root, write_conf
 from tests.unit.test_config_errors import SP_ID, sp
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -98,7 +98,7 @@ def test_a_secret_file_being_written_by_import_is_not_read(root):
     from aks_flex_node.config import loader
 
     sections = sp(sp_client_secret_file="/etc/aks-flex-node/sp-secret")
-    from tests.unit.test_config import conf_text
+    from tests.config_fixtures import conf_text
 
     cfg = loader.check_text(conf_text(sections), root=str(root), written=("sp_client_secret_file",))
     assert cfg.sp_client_id == SP_ID
@@ -149,7 +149,7 @@ def test_a_certificate_and_its_unencrypted_key_load(root, content):
 
 def test_a_ca_bundle_is_a_pem_file_of_certificates(root):
     path = bytes_file(root, b"\xff\xd8\xff\xe0 a JPEG", name="ca.pem", mode=0o644)
-    from tests.unit.test_config import with_values
+    from tests.config_fixtures import with_values
 
     problem = the_problem(root, with_values(ca_bundle=path), "ca_bundle", path)
     assert "not UTF-8" in problem.expected

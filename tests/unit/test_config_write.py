@@ -9,7 +9,7 @@ import pytest
 from aks_flex_node import config
 from aks_flex_node.config.fileformat import open_configobj
 from aks_flex_node.errors import ConfigError
-from tests.unit.test_config import CLUSTER_ID, TENANT, make_root
+from tests.config_fixtures import CLUSTER_ID, TENANT, make_root
 
 CONF = "/etc/aks-flex-node/aks-flex-node.conf"
 ANSWERS = {"tenant_id": TENANT, "auth_method": "azure-cli", "cluster_resource_id": CLUSTER_ID}

@@ -9,13 +9,13 @@ import subprocess
 import sys
 import tarfile
 import textwrap
-import time
 
 import pytest
 import yaml
 
 from tests.emulator import constants as C
 from tests.unit.test_emulator_csr import CSRS, admin_client, bootstrap_token
+from tests.waiting import wait_for
 
 V1 = "client.authentication.k8s.io/v1"
 V1BETA1 = "client.authentication.k8s.io/v1beta1"
@@ -116,16 +116,6 @@ def setup_node(host, exec_env=None, exec_api_version=V1, interactive_mode="Never
 def systemctl(host, *argv):
     env = {**host.env, "FAKE_KUBELET_INTERVAL": "0.2"}
     return subprocess.run(["systemctl", *argv], env=env, capture_output=True, text=True, timeout=30)
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    return predicate()
 
 
 def nodes(emu):

@@ -15,8 +15,8 @@ from tests.emulator import constants as C
 from tests.emulator import throttling
 from tests.emulator.httpbase import HttpError
 from tests.emulator.state import State
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import put_machine
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import put_machine
 
 API = "2024-07-10"
 MACHINES = f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.ARC_RG}/providers/Microsoft.HybridCompute/machines"

@@ -12,7 +12,7 @@ from aks_flex_node.azure import arc, auth
 from aks_flex_node.host import Host
 from aks_flex_node.host.azcmagent import Azcmagent, AzcmagentError
 from tests.emulator import constants as C
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from aks_flex_node import kube
 from aks_flex_node.azure import aks, himds, rbac
 from aks_flex_node.errors import TemporaryError
 from tests.emulator import constants as C
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import put_machine
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import put_machine
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBELET = os.path.join(REPO, "tests", "fakes", "kubelet.py")

@@ -10,8 +10,8 @@ import pytest
 from aks_flex_node import token as token_cmd
 from tests.emulator import constants as C
 from tests.emulator_fixtures import start_emulator
-from tests.unit.test_azure_fixtures import *  # noqa: F401,F403  (fixtures)
-from tests.unit.test_azure_fixtures import put_machine
+from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
+from tests.azure_fixtures import put_machine
 
 
 def run_token(root, exec_info=None):

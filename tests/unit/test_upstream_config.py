@@ -12,7 +12,7 @@ import pytest
 from aks_flex_node import config, upstream_config
 from aks_flex_node.config import importer
 from aks_flex_node.errors import ConfigError
-from tests.unit.test_config import make_root
+from tests.config_fixtures import make_root
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "config")
 SUB = "11111111-2222-3333-4444-555555555555"

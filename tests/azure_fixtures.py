@@ -1,4 +1,4 @@
-"""Fixtures shared by the test_azure_* modules: the emulator, an operator credential and clients.
+"""Fixtures shared by the tests of azure/ and of the commands that call Azure: the emulator, an operator credential and clients.
 
 Everything talks to tests/emulator over loopback HTTPS with the real SDK clients; the only
 thing faked is Azure itself (and host commands, through tests/fakes/bin, and `az` below).
