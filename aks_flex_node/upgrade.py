@@ -9,13 +9,10 @@ Minor versions are what the policy speaks of: a patch release of the API server'
 allowed whatever its patch number.
 """
 
-import re
 from dataclasses import dataclass
 
 from aks_flex_node.errors import FlexNodeError, PreflightError, UsageError
-
-# ASCII digits only (\d would take other scripts' digits), a build or pre-release suffix allowed.
-_VERSION = re.compile(r"v?([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?(?:[-+][0-9A-Za-z.+-]*)?")
+from aks_flex_node.kubeversion import KubeVersion, VersionError
 
 
 class SkewError(PreflightError):
@@ -24,28 +21,13 @@ class SkewError(PreflightError):
     code = "version-skew"
 
 
-@dataclass(frozen=True, order=True)
-class Version:
-    major: int
-    minor: int
-    patch: int = None
-
-    def __str__(self):
-        return f"{self.major}.{self.minor}" + ("" if self.patch is None else f".{self.patch}")
-
-    @property
-    def minor_line(self):
-        return (self.major, self.minor)
-
-
 def parse_version(text, what):
-    """A Kubernetes version ("1.31.2", "v1.31.2", a gitVersion with a suffix); UsageError
-    naming `what` otherwise."""
-    match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
-    if not match:
-        raise UsageError(f"{what} = {text!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
-    major, minor, patch = match.groups()
-    return Version(int(major), int(minor), None if patch is None else int(patch))
+    """A KubeVersion ("1.31.2", "v1.31.2", a gitVersion with a suffix); UsageError naming
+    `what` otherwise."""
+    try:
+        return KubeVersion.parse(text)
+    except VersionError as err:
+        raise UsageError(f"{what} = {err}") from None
 
 
 def oldest_kubelet_minor(apiserver):
@@ -103,10 +85,10 @@ def plan_steps(node, current, target, drain_timeout, ready_timeout):
 
 @dataclass
 class Versions:
-    apiserver: Version
-    current: Version  # the node's kubelet
+    apiserver: KubeVersion
+    current: KubeVersion  # the node's kubelet
     current_from: str  # where `current` was read
-    target: Version
+    target: KubeVersion
 
 
 def versions(client, node_name, configured, to=None):
@@ -130,7 +112,7 @@ def versions(client, node_name, configured, to=None):
         if target.patch is None:
             raise UsageError(f"--to = {to!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
     else:
-        target = apiserver
+        target = apiserver.without_suffix
     return Versions(apiserver, current, current_from, target)
 
 

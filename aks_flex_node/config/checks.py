@@ -24,6 +24,7 @@ except ImportError:
 
 from aks_flex_node.config.model import CLUSTER_ID_EXAMPLE, parse_cluster_id
 from aks_flex_node.http_policy import is_loopback
+from aks_flex_node.kubeversion import KubeVersion, VersionError
 
 
 def validator(functions):
@@ -130,7 +131,6 @@ AGENT_POOL_MACHINE_EXPECTED = (
     "digit, at most 40 characters, no '.'"
 )
 _VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z][0-9A-Za-z.-]*)?)$", re.ASCII)
-_K8S_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)$", re.ASCII)
 _IMAGE_REF = re.compile(
     r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?"  # registry host (or first path part)
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"  # path
@@ -365,10 +365,12 @@ def check_version(value):
 def check_k8s_version(value):
     if value == "":
         return ""
-    match = _K8S_VERSION.match(value)
-    if not match:
-        raise Invalid(value, "a Kubernetes version x.y.z such as 1.30.4, or empty for the cluster's")
-    return match.group(1)
+    try:
+        if value == value.strip():  # the value as typed, blanks included, is what is refused
+            return str(KubeVersion.parse_release(value))
+    except VersionError:
+        pass
+    raise Invalid(value, "a Kubernetes version x.y.z such as 1.30.4, or empty for the cluster's")
 
 
 def check_upgrade_window(value):

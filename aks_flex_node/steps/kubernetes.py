@@ -3,10 +3,10 @@
 import hashlib
 import json
 import os
-import re
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step
 from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.kubeversion import KubeVersion, VersionError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep, fingerprint
 
@@ -42,8 +42,13 @@ def switch(ctx, version):
     tracked.link_tracked(ctx, KubernetesBinariesStep.name, CURRENT, f"v{version}")
 
 
-def _version_key(version):
-    return tuple(int(part) for part in re.findall(r"[0-9]+", version)[:3])
+def _newer(one, other):
+    """Whether version `one` is newer than `other` (KubeVersion's order: a pre-release before
+    its release); False when either is not a version (a link renamed by hand)."""
+    try:
+        return KubeVersion.parse(one) > KubeVersion.parse(other)
+    except VersionError:
+        return False
 
 
 def wanted_version(ctx):
@@ -53,7 +58,7 @@ def wanted_version(ctx):
     if ctx.config.kubernetes_version:
         return ctx.config.kubernetes_version
     cluster, active = ctx.data.kubernetes_version, active_version(ctx.host)
-    if cluster and active and _version_key(active) > _version_key(cluster):
+    if cluster and active and _newer(active, cluster):
         return active
     return cluster
 

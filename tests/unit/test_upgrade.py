@@ -7,16 +7,17 @@ import pytest
 
 from aks_flex_node import upgrade
 from aks_flex_node.errors import ExitCode, UsageError
+from aks_flex_node.kubeversion import KubeVersion
 from tests.harness import REPO
 
 V = upgrade.parse_version
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("1.30.4", upgrade.Version(1, 30, 4)),
-    ("v1.31.2", upgrade.Version(1, 31, 2)),
-    ("v1.29.7-eks-1234", upgrade.Version(1, 29, 7)),
-    ("1.32", upgrade.Version(1, 32, None)),
+    ("1.30.4", KubeVersion(1, 30, 4)),
+    ("v1.31.2", KubeVersion(1, 31, 2)),
+    ("v1.29.7-eks-1234", KubeVersion(1, 29, 7, "eks-1234")),
+    ("1.32", KubeVersion(1, 32, None)),
 ])
 def test_versions_parse(text, expected):
     assert V(text, "x") == expected
