@@ -1,12 +1,17 @@
 """Config files for tests: the minimal answers, a root with a hostname, a configuration
-written and loaded (config.load), its problems by key. Shared by the tests of config/ and of
+written and loaded (config.load), its problems by key (or the one problem it must have), a
+service-principal configuration with its secret file. Shared by the tests of config/ and of
 the commands that read it."""
 
+import pytest
+
 from aks_flex_node import config
+from aks_flex_node.errors import ConfigError
 
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 SUB = "11111111-2222-3333-4444-555555555555"
 OTHER_SUB = "66666666-7777-8888-9999-000000000000"
+SP_ID = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 CLUSTER_ID = f"/subscriptions/{SUB}/resourceGroups/aks-rg/providers/Microsoft.ContainerService/managedClusters/aks-edge"
 MINIMAL = {
     "azure": {"tenant_id": TENANT},
@@ -53,3 +58,26 @@ def load(root, sections_or_text, **kwargs):
 
 def problems_of(excinfo):
     return {p.key: p for p in excinfo.value.problems}
+
+
+def only_problem(root, sections, key):
+    """Loading `sections` fails with exactly one problem, about `key`; that problem."""
+    with pytest.raises(ConfigError) as excinfo:
+        load(root, sections)
+    problems = excinfo.value.problems
+    assert [p.key for p in problems] == [key], [str(p) for p in problems]
+    return problems[0]
+
+
+def secret_file(root, content="s3cr3t\n", mode=0o600, name="sp-secret"):
+    """A client secret file under the root's /etc/aks-flex-node; its node path."""
+    path = root / "etc/aks-flex-node" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    path.chmod(mode)
+    return "/etc/aks-flex-node/" + name
+
+
+def sp(**extra):
+    """MINIMAL as a service principal (SP_ID) plus key = value pairs."""
+    return with_values(auth_method="service-principal", sp_client_id=SP_ID, **extra)

@@ -13,26 +13,15 @@ import uuid
 import pytest
 
 from tests.contract import swagger
+from tests.contract.arm_specs import (AKS_2022, AKS_2026, AUTH_RA, AUTH_RD, EXAMPLES_RA, HC_2022, HC_2026, RG_PATH,
+                                     ROLE_ID, machine_path)
 from tests.emulator import constants as C
 
-HC_2026 = "hybridcompute/resource-manager/Microsoft.HybridCompute/HybridCompute/stable/2026-07-15/openapi.json"
-HC_2022 = "hybridcompute/resource-manager/Microsoft.HybridCompute/stable/2022-12-27/HybridCompute.json"
-AUTH_RA = "authorization/resource-manager/Microsoft.Authorization/stable/2022-04-01/authorization-RoleAssignmentsCalls.json"
-AUTH_RD = "authorization/resource-manager/Microsoft.Authorization/stable/2022-04-01/authorization-RoleDefinitionsCalls.json"
-AKS_2026 = "containerservice/resource-manager/Microsoft.ContainerService/aks/stable/2026-08-01/managedClusters.json"
-AKS_2022 = "containerservice/resource-manager/Microsoft.ContainerService/aks/stable/2022-11-01/managedClusters.json"
-EXAMPLES_RA = "authorization/resource-manager/Microsoft.Authorization/stable/2022-04-01/examples"
 
 # (api-version the SDKs send, the stored spec that describes it). Debian's 8.0.0b1 sends
 # 2022-08-11-preview; the closest stored spec is 2022-12-27 (MANIFEST.json note).
 HYBRIDCOMPUTE = [("2026-07-15", HC_2026), ("2024-07-10", HC_2022), ("2022-08-11-preview", HC_2022)]
 CONTAINERSERVICE = [("2026-08-01", AKS_2026), ("2022-11-01", AKS_2022)]
-RG_PATH = f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.CLUSTER_RG}"
-ROLE_ID = f"/subscriptions/{C.SUBSCRIPTION_ID}/providers/Microsoft.Authorization/roleDefinitions/{{}}"
-
-
-def machine_path(name):
-    return f"{RG_PATH}/providers/Microsoft.HybridCompute/machines/{name}"
 
 
 def put_machine(emu, name, api_version="2024-07-10"):

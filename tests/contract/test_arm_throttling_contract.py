@@ -5,7 +5,7 @@ so their bodies must match that operation's `default` (ErrorResponse) schema str
 import uuid
 
 from tests.contract import swagger
-from tests.contract.test_arm_contract import AUTH_RA, HC_2022, ROLE_ID, machine_path
+from tests.contract.arm_specs import AUTH_RA, HC_2022, ROLE_ID, machine_path
 from tests.emulator import constants as C
 
 

@@ -7,7 +7,6 @@ Node and how, which roles exist, what the kubelet was given, and what unbootstra
 
 import json
 import os
-import time
 
 import pytest
 
@@ -118,9 +117,7 @@ def test_the_kubelet_rotates_its_certificate_and_the_node_stays_joined(pool_node
     proc, _summary = node.cli_json("bootstrap")
     assert proc.returncode == 0, proc.stderr
     first = _kubelet_status(node)["cert_serial"]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _kubelet_status(node).get("rotations", 0) < 1:
-        time.sleep(0.5)
+    wait_for(lambda: _kubelet_status(node).get("rotations", 0) >= 1, timeout=30, interval=0.5)
     status = _kubelet_status(node)
     assert status["rotations"] >= 1 and status["cert_serial"] != first
     proc, summary = node.cli_json("bootstrap")

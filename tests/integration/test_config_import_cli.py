@@ -11,7 +11,7 @@ import pytest
 from aks_flex_node import paths
 from tests.harness import REPO
 from tests.config_fixtures import make_root
-from tests.unit.test_upstream_config import SECRET, document
+from tests.upstream_fixtures import SECRET, document
 
 
 def run(root, *args):

@@ -11,6 +11,10 @@ FAKE_KUBELET_FAIL_VERSIONS exits at start, as a kubelet that cannot run here wou
 import datetime
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -18,7 +22,7 @@ from aks_flex_node import config, drain, upgrade
 from aks_flex_node.host import Host
 from tests import harness
 from tests.harness import MACHINE_NAME
-from tests.integration.test_drain import node_object, pods, workloads
+from tests.workload_fixtures import node_object, pods, workloads
 
 LEDGER = "/var/lib/aks-flex-node/ledger.json"
 KUBE_LIB = "/usr/local/lib/aks-flex-node/kubernetes"
@@ -241,11 +245,6 @@ def test_following_the_cluster_the_agent_upgrades_after_the_control_plane(joined
 
 def bootstrap_killed_when(node, reached, timeout=60):
     """Start `bootstrap`, kill -9 it once `reached()` is true; the exit status."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
     proc = subprocess.Popen([sys.executable, "-m", "aks_flex_node", "bootstrap", "--root", node.root],
                             env=node.env, cwd=harness.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout

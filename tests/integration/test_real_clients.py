@@ -18,13 +18,14 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 
 import pytest
 import yaml
 
+from tests.apiserver_fixtures import make_csr
 from tests.emulator import constants as C
 from tests.harness import MACHINE_NAME
+from tests.waiting import wait_for
 
 KUBECTL = shutil.which("kubectl", path="/usr/local/bin:/usr/bin:/bin")
 PY_CLIENT = importlib.util.find_spec("kubernetes") is not None  # Debian's python3-kubernetes
@@ -177,12 +178,8 @@ def test_kubectl_drain_waits_for_the_budget_then_evicts(joined):
 
     runner = threading.Thread(target=drain)
     runner.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        blocked = [r for r in emu.requests(server="apiserver", method="POST") if r["path"].endswith("/eviction")]
-        if blocked:
-            break
-        time.sleep(0.2)
+    blocked = wait_for(lambda: [r for r in emu.requests(server="apiserver", method="POST")
+                                if r["path"].endswith("/eviction")], timeout=30, interval=0.2)
     assert blocked and blocked[0]["status"] == 429, blocked
     assert pods(emu) >= {"default/web-1"}, "a blocked eviction leaves the pod"
     put(emu, budget("web", {"app": "web"}, 1))  # the disruption controller frees one disruption
@@ -231,8 +228,6 @@ def test_kubectl_auth_can_i_answers_as_the_server_enforces(joined):
 @needs_kubectl
 def test_kubectl_as_a_node_of_a_1_32_cluster(joined):
     """x509 system:node:<name> on a 1.32 cluster: the Node authorizer with AuthorizeNodeWithSelectors."""
-    from tests.unit.test_emulator_csr import make_csr
-
     emu = joined.emu
     added = emu.add_cluster(name="aks-132", resource_group=C.CLUSTER_RG, kubernetes_version="1.32.3")
     server, cluster_id = added["apiserver"], added["id"]

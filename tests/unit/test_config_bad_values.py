@@ -10,8 +10,7 @@ import pytest
 from aks_flex_node import config
 from aks_flex_node.config import spec
 from aks_flex_node.errors import ConfigError
-from tests.config_fixtures import make_root, with_values, write_conf
-from tests.unit.test_config_errors import only_problem
+from tests.config_fixtures import make_root, only_problem, with_values, write_conf
 
 
 @pytest.fixture

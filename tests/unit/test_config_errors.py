@@ -8,24 +8,13 @@ import pytest
 
 from aks_flex_node import config
 from aks_flex_node.errors import ConfigError, ExitCode
-from tests.config_fixtures import CLUSTER_ID, MINIMAL, SUB, TENANT, conf_text, load, problems_of, with_values, write_conf
-
-SP_ID = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+from tests.config_fixtures import (CLUSTER_ID, MINIMAL, SP_ID, SUB, TENANT, conf_text, load, make_root, only_problem,
+                                   problems_of, secret_file, sp, with_values, write_conf)
 
 
 @pytest.fixture
 def root(tmp_path):
-    from tests.config_fixtures import make_root
-
     return make_root(tmp_path)
-
-
-def only_problem(root, sections, key):
-    with pytest.raises(ConfigError) as excinfo:
-        load(root, sections)
-    problems = excinfo.value.problems
-    assert [p.key for p in problems] == [key], [str(p) for p in problems]
-    return problems[0]
 
 
 # key, value, a piece of what is expected
@@ -296,18 +285,6 @@ def test_a_bad_proxy_url_does_not_show_its_password(root):
 
 
 # ---------------------------------------------------------------------------------- auth
-
-
-def secret_file(root, content="s3cr3t\n", mode=0o600, name="sp-secret"):
-    path = root / "etc/aks-flex-node" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content)
-    path.chmod(mode)
-    return "/etc/aks-flex-node/" + name
-
-
-def sp(**extra):
-    return with_values(auth_method="service-principal", sp_client_id=SP_ID, **extra)
 
 
 def test_service_principal_with_a_secret_file(root):

@@ -12,7 +12,7 @@ from aks_flex_node import config, paths
 from aks_flex_node.config import importer
 from aks_flex_node.errors import ConfigError
 from tests.config_fixtures import make_root
-from tests.unit.test_upstream_config import SECRET, document
+from tests.upstream_fixtures import SECRET, document
 
 CONF = paths.CONFIG
 SECRET_NODE = paths.SECRET

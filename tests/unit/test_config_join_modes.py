@@ -10,9 +10,8 @@ import pytest
 
 from aks_flex_node import config
 from aks_flex_node.errors import ConfigError
-from tests.config_fixtures import MINIMAL, load, make_root, problems_of, with_values
+from tests.config_fixtures import MINIMAL, SP_ID, load, make_root, problems_of, with_values
 
-SP_ID = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 TOKEN = "abcdef.0123456789abcdef"
 TOKEN_SECRET = "0123456789abcdef"
 CA_PEM = ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ\n-----END CERTIFICATE-----\n")

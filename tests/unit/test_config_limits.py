@@ -5,14 +5,11 @@ import pytest
 
 from aks_flex_node import config
 from aks_flex_node.config import checks, spec
-from tests.config_fixtures import load, with_values
-from tests.unit.test_config_errors import only_problem
+from tests.config_fixtures import load, make_root, only_problem, with_values
 
 
 @pytest.fixture
 def root(tmp_path):
-    from tests.config_fixtures import make_root
-
     return make_root(tmp_path)
 
 

@@ -10,8 +10,7 @@ import pytest
 from aks_flex_node import config
 from aks_flex_node.config import named_files
 from aks_flex_node.errors import ConfigError
-from tests.config_fixtures import make_root, write_conf
-from tests.unit.test_config_errors import SP_ID, sp
+from tests.config_fixtures import SP_ID, make_root, sp, write_conf
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"

@@ -8,8 +8,7 @@ import pytest
 
 from aks_flex_node import config
 from aks_flex_node.errors import ConfigError
-from tests.config_fixtures import make_root, with_values, write_conf
-from tests.unit.test_config_errors import secret_file, sp
+from tests.config_fixtures import make_root, secret_file, sp, with_values, write_conf
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 

@@ -3,30 +3,15 @@
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
 from tests.emulator import constants as C
 from tests.emulator_fixtures import FAKES_BIN, fake_env
+from tests.fake_command_fixtures import run, write_config
+from tests.waiting import wait_for
 
 MACHINE_ID = f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.ARC_RG}/providers/Microsoft.HybridCompute/machines/"
-
-
-def run(host, *argv, env=None):
-    return subprocess.run(list(argv), env={**host.env, **(env or {})}, capture_output=True, text=True, timeout=30)
-
-
-def write_config(host, name="azcmagent.json", mode=0o600, **values):
-    settings = {"tenant-id": C.TENANT_ID, "subscription-id": C.SUBSCRIPTION_ID, "resource-group": C.ARC_RG,
-                "location": C.LOCATION, "resource-name": "fake-node", "tags": "env=test,owner=ci",
-                "cloud": "AzureCloud", **values}
-    path = host.path(f"/run/{name}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
-        json.dump({k: v for k, v in settings.items() if v is not None}, f)
-    os.chmod(path, mode)
-    return str(path)
 
 
 # -- azcmagent --------------------------------------------------------------------------------------
@@ -170,9 +155,7 @@ def test_systemctl_launches_a_unit_with_systemd_expansion_and_stops_it(fake_host
     env = {"FAKE_SYSTEMD_LAUNCH": "demo.service"}
     proc = run(fake_host, "systemctl", "start", "demo", env=env)
     assert proc.returncode == 0, proc.stderr
-    deadline = time.time() + 5
-    while not (fake_host.state_dir / "demo-env").exists() and time.time() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: (fake_host.state_dir / "demo-env").exists(), timeout=30)
     argv = (fake_host.state_dir / "demo-argv").read_text().splitlines()
     assert argv == ["--labels=a=b,c=d", "--v=2", "--x=y", "--literal", "two words"]
     assert (fake_host.state_dir / "demo-env").read_text().strip() == "drop in"

@@ -13,8 +13,8 @@ import textwrap
 import pytest
 import yaml
 
+from tests.apiserver_fixtures import CSRS, admin_client, bootstrap_token
 from tests.emulator import constants as C
-from tests.unit.test_emulator_csr import CSRS, admin_client, bootstrap_token
 from tests.waiting import wait_for
 
 V1 = "client.authentication.k8s.io/v1"

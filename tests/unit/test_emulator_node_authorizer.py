@@ -5,9 +5,9 @@ import base64
 
 import pytest
 
+from tests.apiserver_fixtures import (CSRS, KubeClient, admin_client, bootstrap_token, csr_object, make_csr,
+                                      node_client)
 from tests.emulator import constants as C
-from tests.unit.test_emulator_csr import (CSRS, KubeClient, admin_client, bootstrap_token, csr_object, make_csr,
-                                          node_client)
 
 
 def node(name, labels=None, taints=None):

@@ -7,12 +7,12 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.emulator import constants as C
 from tests.emulator_fixtures import REPO_ROOT, EmulatorError, start_emulator
+from tests.waiting import wait_for
 
 KEYS = {"arm", "authority", "himds", "artifacts", "apiserver", "apiservers", "admin", "ca_bundle", "himds_key_dir",
         "state_dir", "pid"}
@@ -85,12 +85,17 @@ def test_exits_when_its_parent_goes_away(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", parent], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     pid = json.loads(out.stdout)["pid"]
-    deadline = time.time() + 5
-    while time.time() < deadline and os.path.exists(f"/proc/{pid}") and \
-            open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] != "Z":
-        time.sleep(0.05)
-    alive = os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] != "Z"
-    assert not alive, "the orphaned emulator is still running"
+    wait_for(lambda: not _running(pid), timeout=30, interval=0.05)
+    assert not _running(pid), "the orphaned emulator is still running"
+
+
+def _running(pid):
+    """A process that is neither gone nor a zombie (one waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_profiles_change_the_world(tmp_path):

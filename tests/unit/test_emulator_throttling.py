@@ -15,6 +15,7 @@ from tests.emulator import constants as C
 from tests.emulator import throttling
 from tests.emulator.httpbase import HttpError
 from tests.emulator.state import State
+from tests.fake_command_fixtures import run, write_config
 from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
 from tests.azure_fixtures import put_machine
 
@@ -212,8 +213,6 @@ def test_endless_throttling_still_ends_within_the_call_bound(fresh_emulator, end
 
 
 def test_azcmagent_connect_waits_out_throttling_of_its_machine_put(fake_host):
-    from tests.unit.test_emulator_fakes import run, write_config
-
     emu = fake_host.emulator
     emu.settings(arm_writes_bucket=1, arm_writes_refill=0.25)  # Retry-After: 4
     token = emu.arm_token()

@@ -7,7 +7,7 @@ import pytest
 
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import ExitCode, TemporaryError
-from tests.unit.test_himds import HimdsStandIn
+from tests.himds_fixtures import HimdsStandIn
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 
 from aks_flex_node.errors import ExitCode, TemporaryError
 from aks_flex_node.host import CommandError, CommandNotFound, CommandTimeout, Host, RunResult
+from tests.waiting import wait_for
 
 SECRET = "hunter2-s3cr3t"
 
@@ -132,19 +133,19 @@ def test_timeout_kills_the_whole_process_group(host, tmp_path):
     assert not _alive(child), "the backgrounded sleep outlived the timeout"
 
 
+def _running(pid):
+    # The orphaned sleep may linger as a zombie until init reaps it: that is not running.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
 def _alive(pid):
-    # The orphaned sleep may linger as a zombie until init reaps it: that is not alive.
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return False
-        if state in ("Z", "X"):
-            return False
-        time.sleep(0.05)
-    return True
+    """Still running once it has had 30 s to go (a ceiling for a broken run, not a measure)."""
+    return not wait_for(lambda: not _running(pid), timeout=30, interval=0.05)
 
 
 def test_missing_command_names_it_and_its_package(tmp_path):

@@ -12,7 +12,7 @@ from aks_flex_node.engine.context import Context
 from aks_flex_node.engine.step import Plan, Step
 from aks_flex_node.errors import FlexNodeError, UsageError
 from aks_flex_node.host.download import Downloader
-from tests.unit.test_host_download import ArtifactServer
+from tests.download_fixtures import ArtifactServer
 
 
 class Recorder:

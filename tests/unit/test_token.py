@@ -13,7 +13,7 @@ import pytest
 
 from aks_flex_node import token as token_cmd
 from aks_flex_node.azure import himds
-from tests.unit.test_himds import HimdsStandIn
+from tests.himds_fixtures import HimdsStandIn
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_KEY_DIR = "/var/opt/azcmagent/tokens"

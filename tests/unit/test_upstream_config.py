@@ -13,20 +13,10 @@ from aks_flex_node import config, upstream_config
 from aks_flex_node.config import importer
 from aks_flex_node.errors import ConfigError
 from tests.config_fixtures import make_root
+from tests.upstream_fixtures import SECRET, document, fixture_path
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "data", "config")
 SUB = "11111111-2222-3333-4444-555555555555"
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
-SECRET = "s3cr3t~value.from-the-portal"
-
-
-def fixture_path(name):
-    return os.path.join(DATA, name)
-
-
-def document(name):
-    with open(fixture_path(name)) as f:
-        return json.load(f)
 
 
 def private_copy(directory, name, mode=0o600):
