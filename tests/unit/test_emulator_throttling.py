@@ -202,11 +202,12 @@ def test_endless_throttling_still_ends_within_the_call_bound(fresh_emulator, end
         "respond": {"status": 429, "headers": {"Retry-After": "1"},
                     "body": {"error": {"code": "SubscriptionRequestsThrottled", "message": "throttled"}}},
     }])
-    started = time.monotonic()
     with Clients(endpoints, operator, call_timeout=3) as clients:
         with pytest.raises(TemporaryError):
             aks.get_cluster(clients, ClusterRef)
-    assert time.monotonic() - started < 10
+    # It ended by its bound: each 429 waited out (1 s) and retried only while the 3 s
+    # last. Counted, not timed: a loaded machine fits fewer attempts in, never more.
+    assert 1 <= fresh_emulator.state()["fault_hits"] <= 4
 
 
 # -- the Arc agent stand-in under throttling ------------------------------------------------
