@@ -16,6 +16,26 @@ each optionally with `:port`, or `*` for everything. Python's urllib and curl kn
 Unlike Go, our own clients do not skip the proxy for loopback by themselves: HIMDS, the only
 loopback service we call, is always reached directly (azure/himds.py).
 
+TLS (docs/configuration.md, "TLS"): every context of ours verifies the chain, the validity
+dates and the host name, never less, and decides the rest by what it trusts, the same on
+every Python (Debian 12's 3.11 sets none of Python 3.13's new default flags, 13's sets them
+all; we set or clear each, so a certificate is accepted or refused the same on both):
+- the system's CAs (the public Web PKI: ARM, Entra ID, the default artifact hosts):
+  VERIFY_X509_STRICT as on Python 3.13, OpenSSL's checks of the RFC 5280 profile (an
+  Authority Key Identifier on what a CA issued, a Subject Key Identifier, a critical
+  basicConstraints and a keyUsage on a CA). Public CAs must issue that profile (the
+  CA/Browser Forum's Baseline Requirements), so it costs nothing and refuses what no
+  public CA may issue;
+- a CA we were given (ca_bundle: a TLS-inspecting proxy's or a mirror's CA; the cluster's
+  CA from AKS or cluster_ca_file): without VERIFY_X509_STRICT. Nothing binds a private CA to
+  the profile: TLS-inspecting appliances mint leaves without the Authority Key Identifier,
+  and a cluster CA made by Go before 1.15 has no Subject Key Identifier. The other clients of
+  the same CAs on the node accept them (Go's kubelet and containerd, curl, the Azure SDK's
+  urllib3 on both releases), and the profile adds nothing to whom the chain proves the peer
+  to be: refusing there would stop a node on Debian 13 that works on 12.
+VERIFY_X509_PARTIAL_CHAIN (Python 3.13's too) everywhere: an intermediate CA given in
+ca_bundle is a trust anchor as it stands.
+
 Standard library only and cheap to import: `aks-flex-node token` must not pay for the SDK.
 """
 
@@ -128,6 +148,18 @@ def parse_no_proxy(entries):
     return tuple(parsed)
 
 
+def verifying_context(cafile=None, cadata=None):
+    """A TLS client context (the module's docstring, "TLS"): the system's CAs with Python
+    3.13's strict profile checks, or the CA in `cafile`/`cadata` without them."""
+    context = ssl.create_default_context(cafile=cafile, cadata=cadata)
+    if cafile is None and cadata is None:
+        context.verify_flags |= ssl.VERIFY_X509_STRICT
+    else:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
+
+
 def _default_port(scheme):
     return {"https": "443", "http": "80"}.get(scheme, "")
 
@@ -222,11 +254,20 @@ class HttpPolicy:
         return options
 
     def ssl_context(self, cafile=None, cadata=None):
-        """A verifying TLS context: `cadata`/`cafile` when given (a cluster CA), else the
-        configured ca_bundle, else the system's CAs."""
+        """A verifying TLS context (verifying_context): `cadata`/`cafile` when given (a
+        cluster CA), else the configured ca_bundle, else the system's CAs."""
         if cadata is not None or cafile is not None:
-            return ssl.create_default_context(cafile=cafile, cadata=cadata)
-        return ssl.create_default_context(cafile=self.ca_bundle)
+            return verifying_context(cafile=cafile, cadata=cadata)
+        return verifying_context(cafile=self.ca_bundle)
+
+    def trusted(self, cafile=None):
+        """What a context from ssl_context(cafile) trusts, for a message that says why a
+        certificate was refused."""
+        if cafile is not None:
+            return f"the CA in {cafile}"
+        if self.ca_bundle:
+            return f"ca_bundle = {self.ca_bundle}"
+        return "the system's CAs"
 
     def opener(self, url, context=None, *handlers):
         """A urllib opener for requests to `url`: through the proxy or direct as decided here

@@ -22,11 +22,18 @@ from aks_flex_node.http_policy import DIRECT, ProxySettingError
 ERROR = "error"
 WARNING = "warning"
 MIN_FREE_BYTES = 2 * 1024**3  # binaries, images and logs of a small node
-# The oldest release of each distribution the suite runs on with that release's own Python and
-# SDK versions (docs/ubuntu.md: make test-ubuntu runs Ubuntu 22.04's and 24.04's stacks) and
-# debian/control's floors admit.
-SUPPORTED_OS = {"debian": 12, "ubuntu": 22}
-TESTED = "Debian 12 or newer, or Ubuntu 22.04 or newer"
+# The releases the project proves, each by its own stack (docs/testing.md, "What each release
+# is proven by"): the suite on the release's Python and SDKs, and for Debian the package and
+# the booted lifecycle. One of these passes; an older release of the family, a newer one, or
+# one without a VERSION_ID (Debian testing and unstable) is warned about, never refused:
+# nothing proves it, and nothing known stops it.
+TESTED_RELEASES = {
+    "debian": ("12", "13"),
+    "ubuntu": ("22.04", "24.04", "26.04"),
+}
+NAMES = {"debian": "Debian", "ubuntu": "Ubuntu"}
+TESTED = ", or ".join(f"{NAMES[family]} {', '.join(releases[:-1])} or {releases[-1]}"
+                    for family, releases in TESTED_RELEASES.items())
 
 
 class PreflightTransientError(TemporaryError):
@@ -76,18 +83,29 @@ def check_os(ctx):
     info = _os_release(ctx.host)
     family = info.get("ID", "")
     name = info.get("PRETTY_NAME") or family or "unknown"
-    if family not in SUPPORTED_OS:
+    if family not in TESTED_RELEASES:
         if "debian" in info.get("ID_LIKE", "").split() or "ubuntu" in info.get("ID_LIKE", "").split():
             # A derivative may carry other SDK versions than its parent: never measured.
             return Finding(WARNING, f"{name} is not tested (a derivative of {info['ID_LIKE']})",
                            f"expect it to work only as far as it matches its parent; tested: {TESTED}")
         return Finding(ERROR, f"unsupported OS {name}", f"use {TESTED}")
-    try:
-        major = int(info.get("VERSION_ID", "0").split(".")[0])
-    except ValueError:
-        major = 0
-    if major and major < SUPPORTED_OS[family]:
+    version = info.get("VERSION_ID", "")
+    tested = TESTED_RELEASES[family]
+    # Debian's VERSION_ID is the major release ("13"); a point release shows only in
+    # /etc/debian_version. Ubuntu's is year.month ("24.04").
+    if version in tested:
+        return None
+    if _release_key(version) is not None and _release_key(version) < _release_key(tested[0]):
         return Finding(WARNING, f"{name} is older than we test", f"use {TESTED}")
+    return Finding(WARNING, f"{name} is not a release we test", f"expect it to work as far as it matches "
+                   f"{NAMES[family]} {tested[-1]}; tested: {TESTED}")
+
+
+def _release_key(version):
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return None
 
 
 def check_arch(ctx):
@@ -221,6 +239,14 @@ def _is_transient(reason):
                                BrokenPipeError, http.client.HTTPException))
 
 
+def _why(reason, policy, cafile):
+    """What to show of a failure: a certificate refusal names what it was checked against
+    (the operator's ca_bundle, a cluster CA file or the system's CAs) and OpenSSL's reason."""
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return f"TLS certificate verify failed against {policy.trusted(cafile)}: {reason.verify_message}"
+    return str(reason) or type(reason).__name__
+
+
 def _probe(url, policy, cafile, timeout):
     opener = policy.opener(url, policy.ssl_context(cafile=cafile))
     try:
@@ -228,9 +254,9 @@ def _probe(url, policy, cafile, timeout):
     except urllib.error.HTTPError:
         return None  # an answer, whatever its status
     except urllib.error.URLError as exc:
-        return Unreachable(str(exc.reason), _is_transient(exc.reason))
+        return Unreachable(_why(exc.reason, policy, cafile), _is_transient(exc.reason))
     except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
-        return Unreachable(str(exc) or type(exc).__name__, _is_transient(exc))
+        return Unreachable(_why(exc, policy, cafile), _is_transient(exc))
     return None
 
 

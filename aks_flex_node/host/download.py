@@ -303,7 +303,7 @@ class Downloader:
         if ca_bundle is not None and not os.path.isfile(ca_bundle):
             raise ValueError(f"ca_bundle = {ca_bundle!r}: expected a PEM file that exists")
         try:
-            self._ssl = ssl.create_default_context(cafile=ca_bundle)
+            self._ssl = policy.ssl_context()
         except (ssl.SSLError, OSError) as e:
             raise ValueError(f"ca_bundle = {ca_bundle!r}: not a usable PEM bundle ({e})") from e
 
@@ -455,8 +455,8 @@ class Downloader:
         except urllib.error.URLError as e:
             if isinstance(e.reason, ssl.SSLCertVerificationError):
                 raise DownloadError(
-                    f"cannot download {url}: TLS certificate not trusted "
-                    f"({e.reason.verify_message})",
+                    f"cannot download {url}: its TLS certificate does not verify against "
+                    f"{self.policy.trusted()}: {e.reason.verify_message}",
                     remedy="check ca_bundle, or the proxy's certificate",
                 ) from e
             raise _Transient(str(e.reason)) from e

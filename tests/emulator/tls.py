@@ -59,6 +59,14 @@ class CertificateAuthority:
     def pem(self):
         return self.cert.public_bytes(serialization.Encoding.PEM)
 
+    def _identify(self, builder):
+        """The Authority Key Identifier (RFC 5280 4.2.1.1: this CA's key identifier) that every
+        certificate a CA issues carries; Python 3.13's VERIFY_X509_STRICT refuses one without
+        it. Go's crypto/x509, which AKS's and kube-controller-manager's signers use, copies it
+        from the CA's Subject Key Identifier and gives a leaf no identifier of its own: so here."""
+        return builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(self.cert.public_key()), critical=False)
+
     def issue(self, common_name, *, org=None, server_names=(), client=False):
         """Sign a leaf certificate; returns (cert_pem, key_pem)."""
         key = ec.generate_private_key(ec.SECP256R1())
@@ -73,6 +81,7 @@ class CertificateAuthority:
             .not_valid_after(now + _VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         )
+        builder = self._identify(builder)
         if server_names:
             alt = []
             for n in server_names:
@@ -111,6 +120,7 @@ class CertificateAuthority:
             .not_valid_after(not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         )
+        builder = self._identify(builder)
         if any(flags.values()):
             builder = builder.add_extension(x509.KeyUsage(**flags, encipher_only=False, decipher_only=False),
                                             critical=True)
@@ -145,6 +155,9 @@ def _new_ca():
             ),
             critical=True,
         )
+        # RFC 5280 4.2.1.2: a CA's certificate carries a Subject Key Identifier (the strict
+        # verification of Python 3.13 refuses a CA without one); what it issues names it.
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return CertificateAuthority(cert, key)

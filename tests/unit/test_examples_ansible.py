@@ -29,11 +29,12 @@ SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # What Debian 12 ships: the tools and the package each comes in.
 TOOLS = {"ansible-lint": "ansible-lint", "ansible-playbook": "ansible-core"}
 
-# Loaded by every Python process ansible-lint starts (PYTHONPATH): any socket to an
-# address that is not local, and any name lookup, is written down and refused before a
-# packet leaves.
+# Loaded by every Python process ansible-lint starts (PYTHONPATH): any IP socket's connect
+# and any name lookup is written down and refused before a packet leaves. A numeric loopback
+# address is no lookup (getaddrinfo parses it, AI_NUMERICHOST: no resolver is asked), so it is
+# answered: ansible-core 2.19 resolves '127.0.0.1' when imported (Debian 13's).
 NETWORK_GUARD = '''
-import errno, os, socket
+import errno, ipaddress, os, socket
 
 _LOG = os.environ["NETWORK_GUARD_LOG"]
 
@@ -52,7 +53,19 @@ def _guarded(method):
     return call
 
 
-def _getaddrinfo(host, *args, **kwargs):
+def _numeric_loopback(host):
+    try:
+        return isinstance(host, str) and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_resolve = socket.getaddrinfo
+
+
+def _getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+    if _numeric_loopback(host):
+        return _resolve(host, port, family, type, proto, flags | socket.AI_NUMERICHOST)
     _refuse(f"getaddrinfo {host!r}")
 
 
@@ -124,6 +137,28 @@ def test_the_network_guard_refuses_and_records(workdir):
                 copy, env)
     assert probe.returncode != 0 and "network access refused by the test" in probe.stderr, probe.stderr
     assert network_log(netlog) and "getaddrinfo 'deb.debian.org'" in network_log(netlog)[0]
+
+
+PROBE_LOOKUPS = """
+import socket
+for host in ("127.0.0.1", "::1", "localhost", "127.0.0.1.nip.io", "10.0.0.1"):
+    try:
+        print(host, sorted({a[4][0] for a in socket.getaddrinfo(host, 80, type=socket.SOCK_STREAM)}))
+    except OSError as err:
+        print(host, "refused" if "refused by the test" in str(err) else err)
+"""
+
+
+def test_the_network_guard_answers_numeric_loopback_only(workdir):
+    """Numeric loopback addresses resolve (no resolver is asked: what ansible-core 2.19 does
+    at import); every name, /etc/hosts' localhost included, and any other address is refused."""
+    copy, env, netlog = workdir
+    probe = run(["python3", "-c", PROBE_LOOKUPS], copy, env)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.splitlines() == ["127.0.0.1 ['127.0.0.1']", "::1 ['::1']", "localhost refused",
+                                         "127.0.0.1.nip.io refused", "10.0.0.1 refused"]
+    assert [line.split(" ", 1)[1] for line in network_log(netlog)] == [
+        "getaddrinfo 'localhost'", "getaddrinfo '127.0.0.1.nip.io'", "getaddrinfo '10.0.0.1'"]
 
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)

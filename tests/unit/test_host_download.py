@@ -1,4 +1,5 @@
-"""Downloader against a threaded loopback HTTP(S) server that counts its requests."""
+"""Downloader against a threaded loopback HTTP(S) server that counts its requests
+(tests/download_fixtures.py)."""
 
 import datetime
 import hashlib
@@ -11,8 +12,6 @@ import stat
 import subprocess
 import threading
 import time
-import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from cryptography import x509
@@ -30,118 +29,11 @@ from aks_flex_node.host import (
 from aks_flex_node.host import download
 from aks_flex_node.host.download import parse_checksums
 from aks_flex_node.http_policy import HttpPolicy
+from tests.download_fixtures import ArtifactServer
 
 
 def sha(data):
     return hashlib.sha256(data).hexdigest()
-
-
-class ArtifactServer:
-    """Serves bodies by path; a route can fail a few times first, answer slowly, redirect,
-    or cut the body short, and carry an ETag and answer Range requests guarded by it
-    (If-Range). Records every request (and whether it came as a proxy request, and the
-    Range it asked for)."""
-
-    def __init__(self, tls=None):
-        self.routes = {}
-        self.requests = []
-        self.ranges = []  # (path, the Range header or None) of every request
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                proxied = self.path.startswith("http://")
-                path = urllib.parse.urlsplit(self.path).path if proxied else self.path
-                with server.lock:
-                    server.requests.append((path, proxied, self.headers.get("User-Agent")))
-                    server.ranges.append((path, self.headers.get("Range")))
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                    route = server.routes.get(path)
-                    first = route["before"].pop(0) if route and route["before"] else None
-                counted = True
-                try:
-                    if route is None:
-                        return self._send(404, b"not found")
-                    time.sleep(route["delay"])
-                    # Out of flight before the answer is written: a client that has read it
-                    # may start its next request at once, which must not find this one still
-                    # counted (seen under load: four in flight with three slots).
-                    with server.lock:
-                        server.in_flight -= 1
-                    counted = False
-                    body, tag = route["body"], {"ETag": route["etag"]} if route["etag"] else {}
-                    asked = self.headers.get("Range")
-                    if route["ranges"] and asked and self.headers.get("If-Range") == route["etag"]:
-                        start = int(asked[len("bytes="):].rstrip("-"))
-                        rest = body[start:]
-                        tag["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
-                        if first == "truncate":
-                            return self._send(206, rest[:len(rest) // 2], length=len(rest), headers=tag)
-                        return self._send(206, rest, headers=tag)
-                    if first == "truncate":
-                        return self._send(200, body[:len(body) // 2], length=len(body), headers=tag)
-                    if isinstance(first, int):
-                        return self._send(first, b"failing")
-                    if route["redirect"]:
-                        return self._send(302, b"", headers={"Location": route["redirect"]})
-                    return self._send(route["status"], body, headers=tag, hold=route["hold"])
-                finally:
-                    if counted:
-                        with server.lock:
-                            server.in_flight -= 1
-
-            def _send(self, status, body, length=None, headers=None, hold=None):
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body) if length is None else length))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                if length is not None:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                if hold is not None:  # the first half, then the rest once the test says so
-                    self.wfile.write(body[:len(body) // 2])
-                    self.wfile.flush()
-                    hold.wait(10)
-                    body = body[len(body) // 2:]
-                self.wfile.write(body)
-                if length is not None:
-                    self.close_connection = True
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.scheme = "http"
-        if tls is not None:
-            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
-            self.scheme = "https"
-        self.origin = f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
-        self.thread.start()
-
-    def serve(self, path, body=b"", status=200, before=(), delay=0.0, redirect=None, etag=None,
-              ranges=False, hold=None):
-        """`before`: what the first requests get (an HTTP status, or "truncate"); `hold`: an
-        Event the whole body's answer waits for after its first half."""
-        self.routes[path] = {"body": body, "status": status, "before": list(before),
-                             "delay": delay, "redirect": redirect, "etag": etag, "ranges": ranges,
-                             "hold": hold}
-        return self.origin + path
-
-    def count(self, path):
-        return sum(1 for p, _, _ in self.requests if p == path)
-
-    def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
 
 
 @pytest.fixture
@@ -401,11 +293,11 @@ def test_connection_refused_and_timeout_are_temporary(server, cache):
     refused = f"http://127.0.0.1:{closed_port()}/x"
     with pytest.raises(DownloadUnavailable, match="after 2 attempts"):
         downloader(cache, attempts=2).fetch(refused, sha(b"x"))
-    slow = server.serve("/slow", b"x", delay=1.0)
-    started = time.monotonic()
+    # An answer 30 s away and a 0.2 s timeout: "timed out" is the timeout's doing (the
+    # answer would have come, so nothing else could end the fetch), however slow this machine.
+    slow = server.serve("/slow", b"x", delay=30.0)
     with pytest.raises(DownloadUnavailable, match="timed out"):
         downloader(cache, attempts=1, timeout=0.2).fetch(slow, sha(b"x"))
-    assert time.monotonic() - started < 1.0
 
 
 def test_concurrent_fetches(server, cache):
@@ -558,9 +450,10 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
 
 
-@pytest.fixture
-def tls_server(tmp_path):
-    """An https server on 127.0.0.1 with a certificate from a throwaway CA."""
+def _tls_server(tmp_path, authority_key_id=True):
+    """An https server on 127.0.0.1 with a certificate from a throwaway CA shaped as a public
+    or AKS CA issues them; `authority_key_id=False`: a leaf without the Authority Key
+    Identifier (RFC 5280 4.2.1.1), as some TLS-inspecting proxies mint them."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test download CA")])
     day = datetime.timedelta(days=1)
@@ -579,10 +472,10 @@ def tls_server(tmp_path):
             .serial_number(x509.random_serial_number())
             .not_valid_before(_now() - day).not_valid_after(_now() + day)
             .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                           False)
-            .sign(ca_key, hashes.SHA256()))
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False))
+    if authority_key_id:
+        leaf = leaf.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False)
+    leaf = leaf.sign(ca_key, hashes.SHA256())
     pem = serialization.Encoding.PEM
     (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
     (tmp_path / "server.pem").write_bytes(leaf.public_bytes(pem) + key.private_bytes(
@@ -591,6 +484,19 @@ def tls_server(tmp_path):
     context.load_cert_chain(tmp_path / "server.pem")
     s = ArtifactServer(tls=context)
     s.ca_bundle = str(tmp_path / "ca.pem")
+    return s
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    s = _tls_server(tmp_path)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def tls_server_without_aki(tmp_path):
+    s = _tls_server(tmp_path, authority_key_id=False)
     yield s
     s.stop()
 
@@ -605,10 +511,29 @@ def test_https_with_ca_bundle(tls_server, cache):
 
 def test_https_untrusted_certificate_is_a_permanent_error(tls_server, cache):
     url = tls_server.serve("/secure.bin", b"x")
-    with pytest.raises(DownloadError, match="TLS certificate not trusted") as caught:
+    with pytest.raises(DownloadError, match="does not verify against the system's CAs: ") as caught:
         downloader(cache, attempts=3).fetch(url, sha(b"x"))
     assert not isinstance(caught.value, TemporaryError)
     assert caught.value.remedy == "check ca_bundle, or the proxy's certificate"
+
+
+def test_https_a_leaf_without_authority_key_id(tls_server_without_aki, cache, monkeypatch):
+    """The same certificate (no Authority Key Identifier, as TLS-inspecting proxies mint
+    them), on every Python (http_policy's "TLS"): trusted through ca_bundle, whose CA the
+    operator gave us; refused when its CA stands among the system's (public) CAs, which must
+    issue RFC 5280's profile, with what it was checked against and why."""
+    body = b"through the proxy"
+    url = tls_server_without_aki.serve("/secure.bin", body)
+    assert downloader(cache, ca_bundle=tls_server_without_aki.ca_bundle).fetch(url, sha(body)).read_bytes() == body
+    # OpenSSL's default verify paths (the system's CAs) are read from SSL_CERT_FILE when set.
+    monkeypatch.setenv("SSL_CERT_FILE", tls_server_without_aki.ca_bundle)
+    other = cache.parent / "other-cache"
+    with pytest.raises(DownloadError) as caught:
+        downloader(other).fetch(url, sha(body))
+    assert str(caught.value) == (f"cannot download {url}: its TLS certificate does not verify against "
+                                 "the system's CAs: Missing Authority Key Identifier")
+    assert not isinstance(caught.value, TemporaryError)
+    assert not any(other.iterdir())
 
 
 # ---- checksum files ------------------------------------------------------------------------

@@ -11,15 +11,25 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aks_flex_node import kube
 from aks_flex_node.errors import ExitCode, TemporaryError
 
 
-def make_ca_and_server_cert(tmp_path):
-    """A throwaway CA and a server certificate for 127.0.0.1 / localhost."""
+def make_ca_and_server_cert(tmp_path, key_identifiers=True):
+    """A throwaway cluster CA and an apiserver certificate for 127.0.0.1 / localhost, shaped
+    as kubeadm's (and AKS's) are: Go's crypto/x509 gives the CA a Subject Key Identifier and
+    copies it into what it signs as the Authority Key Identifier (RFC 5280 4.2.1.1, 4.2.1.2),
+    basicConstraints critical on the CA, keyUsage critical on both (kubeadm's pkiutil,
+    client-go's cert.NewSelfSignedCACert). `key_identifiers=False`: neither identifier, as a
+    CA made by Go before 1.15 (or by hand) is; Python 3.13's default context refuses those."""
     now = datetime.datetime.now(datetime.timezone.utc)
+
+    def usage(cert_sign):
+        return x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
+                             data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign,
+                             crl_sign=False, encipher_only=False, decipher_only=False)
 
     def build(subject, issuer, public_key, signing_key, ca, sans=None):
         builder = (
@@ -31,13 +41,20 @@ def make_ca_and_server_cert(tmp_path):
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            .add_extension(usage(cert_sign=ca), critical=True)
         )
+        if key_identifiers and ca:
+            builder = builder.add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        if key_identifiers and not ca:
+            builder = builder.add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(signing_key.public_key()), critical=False)
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         return builder.sign(signing_key, hashes.SHA256())
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test cluster CA")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
     ca_cert = build(ca_name, ca_name, ca_key.public_key(), ca_key, True)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = build(
@@ -59,8 +76,8 @@ def make_ca_and_server_cert(tmp_path):
 class ApiserverStandIn:
     """Nodes in a dict; tokens in `allowed` get 200s, tokens in `forbidden` get 403s."""
 
-    def __init__(self, tmp_path):
-        self.ca_pem, cert_file, key_file = make_ca_and_server_cert(tmp_path)
+    def __init__(self, tmp_path, key_identifiers=True):
+        self.ca_pem, cert_file, key_file = make_ca_and_server_cert(tmp_path, key_identifiers)
         self.nodes = {}
         self.allowed = {"good"}
         self.forbidden = set()
@@ -223,6 +240,21 @@ def test_wrong_ca_is_refused_not_retried(apiserver, tmp_path):
     with pytest.raises(kube.KubeError, match="certificate the cluster CA does not verify") as caught:
         c.get_node("n1")
     assert not isinstance(caught.value, TemporaryError)
+
+
+def test_a_cluster_ca_without_key_identifiers_is_trusted_on_every_python(tmp_path):
+    """A cluster CA Go made before 1.15 has no Subject Key Identifier, nor do the apiserver
+    certificates it signed carry an Authority Key Identifier: the kubelet trusts them, and
+    so do we, on Python 3.13 as on 3.11 (a CA we were given is verified without
+    VERIFY_X509_STRICT: http_policy's "TLS"). The chain and the host name still count
+    (test_wrong_ca_is_refused_not_retried)."""
+    standin = ApiserverStandIn(tmp_path, key_identifiers=False)
+    standin.add_node("n1", ready=True)
+    try:
+        node = kube.KubeClient(standin.url, standin.ca_pem, lambda: "good", timeout=5).get_node("n1")
+    finally:
+        standin.close()
+    assert node["metadata"]["name"] == "n1"
 
 
 def test_nothing_listening_is_temporary(apiserver):

@@ -1,6 +1,7 @@
-"""The preflight OS check claims exactly the releases the suite measured (docs/ubuntu.md):
-Debian 12 and Ubuntu 22.04 and newer; an older release of either is warned about, a
-derivative is called untested, anything else is refused."""
+"""The preflight OS check claims exactly the releases the project proves (docs/testing.md):
+Debian 12 and 13, Ubuntu 22.04, 24.04 and 26.04; an older or a newer release of either, or one
+without a version (Debian testing), is warned about, a derivative is called untested,
+anything else is refused."""
 
 import types
 
@@ -22,6 +23,7 @@ def _check(tmp_path, os_release):
     'ID=debian\nVERSION_ID="13"\n',
     'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\nPRETTY_NAME="Ubuntu 24.04.1 LTS"\n',
     'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\n',
+    'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="26.04"\nPRETTY_NAME="Ubuntu 26.04 LTS"\n',
 ])
 def test_measured_releases_pass(tmp_path, os_release):
     assert _check(tmp_path, os_release) is None
@@ -35,7 +37,23 @@ def test_an_older_release_is_older_than_tested(tmp_path, os_release, name):
     finding = _check(tmp_path, os_release)
     assert finding.severity == preflight.WARNING
     assert f"{name} is older than we test" in finding.message
-    assert finding.remedy == "use Debian 12 or newer, or Ubuntu 22.04 or newer"
+    assert finding.remedy == "use Debian 12 or 13, or Ubuntu 22.04, 24.04 or 26.04"
+
+
+@pytest.mark.parametrize("os_release, name, like", [
+    ('ID=debian\nVERSION_ID="14"\nPRETTY_NAME="Debian GNU/Linux 14 (forky)"\n', "Debian GNU/Linux 14 (forky)",
+     "Debian 13"),
+    # Debian testing and unstable have no VERSION_ID (os-release(5): "may be omitted").
+    ('ID=debian\nVERSION_CODENAME=forky\nPRETTY_NAME="Debian GNU/Linux forky/sid"\n', "Debian GNU/Linux forky/sid",
+     "Debian 13"),
+    ('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="25.04"\nPRETTY_NAME="Ubuntu 25.04"\n', "Ubuntu 25.04", "Ubuntu 26.04"),
+    ('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="26.10"\nPRETTY_NAME="Ubuntu 26.10"\n', "Ubuntu 26.10", "Ubuntu 26.04"),
+])
+def test_a_release_nothing_proves_is_warned_about_not_refused(tmp_path, os_release, name, like):
+    finding = _check(tmp_path, os_release)
+    assert finding.severity == preflight.WARNING
+    assert f"{name} is not a release we test" in finding.message
+    assert f"as far as it matches {like}; tested: Debian 12 or 13, or Ubuntu 22.04, 24.04 or 26.04" in finding.remedy
 
 
 def test_a_derivative_is_untested_not_silently_passed(tmp_path):

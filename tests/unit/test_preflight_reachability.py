@@ -3,16 +3,19 @@ one stall is tried again; what still fails for a transient reason exits 75 (the 
 again), what fails for good (refused, TLS that does not verify, a name that does not resolve)
 exits 3. Against loopback listeners that misbehave on purpose (the network boundary)."""
 
+import datetime
 import socket
 import ssl
 import threading
 import time
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 
 from aks_flex_node import preflight
 from aks_flex_node.errors import ExitCode
-from aks_flex_node.http_policy import DIRECT
+from aks_flex_node.http_policy import DIRECT, HttpPolicy
 from tests.emulator import tls
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
@@ -121,8 +124,42 @@ def test_a_certificate_that_does_not_verify_is_definite(listen, tmp_path):
     _ca, paths = tls.ensure_pki(tmp_path)  # a CA nobody trusts
     server = listen("answer", tls_paths={"cert": str(paths["cert"]), "key": str(paths["key"])})
     failure = preflight._reachable(server.url, DIRECT, pause=5)
-    assert not failure.transient and "CERTIFICATE_VERIFY_FAILED" in failure.why
+    assert not failure.transient
+    assert failure.why == ("TLS certificate verify failed against the system's CAs: "
+                           "unable to get local issuer certificate")
     assert server.connections == 1
+
+
+def test_the_emulators_certificates_pass_the_strict_profile(listen, tmp_path):
+    """Trusted, the emulator CA's server certificate (shaped as a real CA issues them) passes
+    the RFC 5280 checks every context of ours makes (http_policy.verifying_context)."""
+    _ca, paths = tls.ensure_pki(tmp_path)
+    server = listen("answer", tls_paths={"cert": str(paths["cert"]), "key": str(paths["key"])})
+    assert preflight._reachable(server.url, HttpPolicy(ca_bundle=paths["ca"]), pause=5) is None
+
+
+def test_a_leaf_without_authority_key_id(listen, tmp_path, monkeypatch):
+    """A TLS-inspecting proxy's leaf without the Authority Key Identifier (RFC 5280 4.2.1.1),
+    on every Python (http_policy's "TLS"): its CA in ca_bundle vouches for it; the same CA
+    among the system's (public) CAs does not, and the refusal names them and the reason."""
+    ca, paths = tls.ensure_pki(tmp_path)
+    cert = x509.load_pem_x509_certificate((tmp_path / "server.pem").read_bytes())
+    key = serialization.load_pem_private_key((tmp_path / "server-key.pem").read_bytes(), password=None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    bare = x509.CertificateBuilder(
+        issuer_name=cert.issuer, subject_name=cert.subject, public_key=key.public_key(),
+        serial_number=x509.random_serial_number(), not_valid_before=now - datetime.timedelta(minutes=5),
+        not_valid_after=now + datetime.timedelta(days=1),
+        extensions=[e for e in cert.extensions if not isinstance(e.value, x509.AuthorityKeyIdentifier)],
+    ).sign(ca.key, hashes.SHA256())
+    (tmp_path / "bare.pem").write_bytes(bare.public_bytes(serialization.Encoding.PEM))
+    server = listen("answer", tls_paths={"cert": str(tmp_path / "bare.pem"), "key": str(paths["key"])})
+    assert preflight._reachable(server.url, HttpPolicy(ca_bundle=paths["ca"]), pause=5) is None
+    # OpenSSL's default verify paths (the system's CAs) are read from SSL_CERT_FILE when set.
+    monkeypatch.setenv("SSL_CERT_FILE", paths["ca"])
+    failure = preflight._reachable(server.url, DIRECT, pause=5)
+    assert not failure.transient
+    assert failure.why == "TLS certificate verify failed against the system's CAs: Missing Authority Key Identifier"
 
 
 def test_dns_answers():
