@@ -72,11 +72,12 @@ def delete_machine(clients, subscription_id, resource_group, name):
             return False
         try:
             if hasattr(machines, "begin_delete"):
-                # hybridcompute 10.x: a long-running operation (202 or 204: Machines_Delete.json,
-                # azure-rest-api-specs HybridCompute stable/2026-07-15 examples)
+                # hybridcompute 9.1.0b2 (Ubuntu 26.04's, api 2025-02-19-preview) and 10.x: a
+                # long-running operation (202 or 204: Machines_Delete.json, azure-rest-api-specs
+                # HybridCompute stable/2026-07-15 examples)
                 machines.begin_delete(resource_group, name).result()
             else:
-                # 8.x/9.x: synchronous, 200 or 204
+                # earlier ones (7.0.0, 8.0.0b1, 8.0.0, 9.1.0b1): synchronous, 200 or 204
                 machines.delete(resource_group, name)
         except ResourceNotFoundError:
             return False

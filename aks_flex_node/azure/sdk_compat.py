@@ -6,6 +6,7 @@ azure-sdk-for-python) and python3-msal; docs/ubuntu.md lists each release's vers
   Debian 12     azure-identity 1.13.0b2, authorization 3.0.0, hybridcompute 8.0.0b1, msal 1.21.0
   Ubuntu 24.04  azure-identity 1.14.0b1, authorization 3.1.0b1, hybridcompute 8.0.0, msal 1.26.0
   Ubuntu 22.04  azure-identity 1.7.0, authorization 2.0.0, hybridcompute 7.0.0, msal 1.17.0
+  Ubuntu 26.04  azure-identity 1.26.0b3, authorization 5.0.0b1, hybridcompute 9.1.0b2, msal 1.34.0
 
 Each shim asks the installed SDK what it can do (a constructor's parameters, a model's
 attribute map), never its version string: the distributions ship unreleased snapshots whose

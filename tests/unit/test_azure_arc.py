@@ -2,15 +2,18 @@
 
 import pytest
 
-import azure.mgmt.hybridcompute
+from azure.mgmt.hybridcompute.operations import MachinesOperations
 from aks_flex_node.azure import arc
 from aks_flex_node.errors import TemporaryError
 from tests.emulator import constants as C
 from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
 from tests.azure_fixtures import put_machine
 
-# hybridcompute 10.x has begin_delete (LRO, api >= 2025); 8.x/9.x a synchronous delete.
-LRO_SDK = int(azure.mgmt.hybridcompute.__version__.split(".")[0]) >= 10
+# A long-running delete (begin_delete) since api-version 2025-02-19-preview: hybridcompute
+# 9.1.0b2 (Ubuntu 26.04's) and 10.x; 7.0.0, 8.0.0b1, 8.0.0 and 9.1.0b1 a synchronous delete.
+# Asked of the SDK, as arc.delete_machine asks it: the version number does not tell (9.1.0b1
+# and 9.1.0b2 differ).
+LRO_SDK = hasattr(MachinesOperations, "begin_delete")
 
 
 def test_absent_machine_is_none(azure_clients):

@@ -211,7 +211,9 @@ def test_a_full_disk_does_not_stop_the_token(node, capsys):
                       capture_output=True).returncode != 0:
         pytest.skip("mounting a tmpfs is not permitted here")
     try:
-        with open(state / "filler", "wb") as f:  # ENOSPC for the next write
+        # Unbuffered: Python 3.14's larger default buffer (io.DEFAULT_BUFFER_SIZE, 128 KiB) would
+        # hold the filler and raise ENOSPC on close, out of the try below.
+        with open(state / "filler", "wb", buffering=0) as f:  # ENOSPC for the next write
             try:
                 f.write(b"x" * 65536)
             except OSError:
