@@ -5,6 +5,7 @@ one is missing the test is skipped with what to run; under `make test-deb`, whic
 them first and sets AKS_FLEX_NODE_DEB_TESTS, a missing tool is a failure instead.
 """
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -39,14 +40,23 @@ def sandbox(tmp_path):
 
 @pytest.fixture(scope="session")
 def built_deb(tmp_path_factory):
-    """The package built from this work tree, once per session: a debtools.Built."""
+    """The package built from this work tree, once per run: a debtools.Built. Under
+    pytest-xdist the workers share one build (the first builds it, the others wait on the
+    lock) in the directory above their own temp dirs, which belongs to this run only."""
     require_tools(*BUILD_TOOLS)
-    out = tmp_path_factory.mktemp("deb-build")
-    result = subprocess.run([str(debtools.REPO / "tools" / "build-deb.sh"), str(out)],
-                            capture_output=True, text=True, timeout=600,
-                            env=debtools.system_env())
-    if result.returncode != 0:
-        pytest.fail(f"the package does not build:\n{result.stdout}\n{result.stderr}")
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out = shared / "deb-build"
+    with open(shared / "deb-build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "deb-build.done").exists():
+            result = subprocess.run([str(debtools.REPO / "tools" / "build-deb.sh"), str(out)],
+                                    capture_output=True, text=True, timeout=600,
+                                    env=debtools.system_env())
+            if result.returncode != 0:
+                pytest.fail(f"the package does not build:\n{result.stdout}\n{result.stderr}")
+            (shared / "deb-build.done").touch()
     return debtools.Built(out)
 
 

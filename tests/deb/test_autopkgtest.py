@@ -1,16 +1,16 @@
 """The package's autopkgtest (debian/tests), run by autopkgtest itself in a throwaway
-bookworm testbed: autopkgtest-virt-unshare unpacks the base tarball test_install.py caches
-(build/deb-cache) into a new user and mount namespace. Never on this machine: there is no
-`null` backend here.
+testbed of each release the .deb serves (bookworm, trixie): autopkgtest-virt-unshare unpacks
+the base tarball tests/deb/roots.py caches (build/deb-cache) into a new user and mount
+namespace. Never on this machine: there is no `null` backend here.
 
-The command is the one `make autopkgtest` runs:
+The command is the one `make autopkgtest` runs, per SUITE:
 
     autopkgtest -U -o OUT aks-flex-node_<version>_all.deb SRC/ -- \\
-        unshare --release bookworm --tarball build/deb-cache/bookworm-apt-<key>.tar
+        unshare --release SUITE --tarball build/deb-cache/SUITE-apt-<key>.tar
 
 -U because the tarball has no apt lists and no apt-utils (autopkgtest needs apt-ftparchive
-to publish the .deb in the testbed): apt-get update, the bookworm updates and apt-utils come
-from Debian's archive. The tests reach nothing but loopback.
+to publish the .deb in the testbed): apt-get update, the release's updates and apt-utils
+come from Debian's archive. The tests reach nothing but loopback.
 
 Runs under `make test-deb` (AKS_FLEX_NODE_DEB_TESTS=all), which installs autopkgtest and
 uidmap and gives root subordinate ids (make autopkgtest-deps); skipped otherwise.
@@ -25,7 +25,7 @@ import pytest
 
 from tests.deb import debtools
 from tests.deb.conftest import require_tools
-from tests.deb.test_install import base_tarball
+from tests.deb.roots import SUITES, base_tarball
 
 # debian/tests/control, in its order; preseed-validation is breaks-testbed, which the
 # unshare backend can run (it reverts the whole testbed).
@@ -35,7 +35,7 @@ TESTS = ("smoke", "preseed-validation")
 TIMEOUT = 900
 
 pytestmark = pytest.mark.skipif(os.environ.get("AKS_FLEX_NODE_DEB_TESTS") != "all",
-                                reason="runs autopkgtest in a bookworm testbed: run `make test-deb`")
+                                reason="runs autopkgtest in Debian testbeds: run `make test-deb`")
 
 
 def subordinate_ids_missing():
@@ -73,17 +73,18 @@ def source_tree(dest):
     return dest
 
 
-def test_autopkgtest_in_unshare_testbed(built_deb, tmp_path):
+@pytest.mark.parametrize("suite", SUITES)
+def test_autopkgtest_in_unshare_testbed(built_deb, suite, tmp_path):
     require_tools("autopkgtest", "autopkgtest-virt-unshare", "unshare", "newuidmap")
     user, missing = subordinate_ids_missing()
     if missing:
         pytest.fail(f"no line for {user} in {', '.join(missing)}: autopkgtest-virt-unshare maps the "
                     "testbed's users there (`make autopkgtest-deps` adds root:200000:65536)")
-    tarball = base_tarball()
+    tarball = base_tarball(suite)
     src = source_tree(tmp_path / "src" / debtools.PACKAGE)
     out = tmp_path / "out"
     command = ["autopkgtest", "-U", "-o", str(out), str(built_deb.deb), f"{src}/",
-               "--", "unshare", "--release", "bookworm", "--tarball", str(tarball)]
+               "--", "unshare", "--release", suite, "--tarball", str(tarball)]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
                                 env=debtools.system_env(TMPDIR=str(tmp_path)))
