@@ -62,6 +62,20 @@ NOT_ON_OTHER_STACKS := --ignore=tests/deb --ignore=tests/bad_inputs --ignore=tes
 test-pypi: $(VENV)/.stamp
 	env PATH=$(SYSPATH) $(VENV)/bin/python -m pytest -q $(XDIST) $(NOT_ON_OTHER_STACKS) $(PYTEST_ARGS)
 
+# Debian 13 (trixie): test-debian's selection inside a trixie root on trixie's own packages
+# (APT_DEPS from trixie: Python 3.13 and the modules the .deb runs on there, not PyPI pins),
+# under systemd-nspawn with the repository bind-mounted (tools/suite-in-root.py says how).
+# The root is built once with mmdebstrap and cached in .cache/suite-roots, keyed by its
+# package list; debian-archive-keyring: mmdebstrap verifies trixie with it. kubectl: Debian
+# packages it from 13 on (tests/integration/test_real_clients.py drives it where it is found).
+TRIXIE_DEPS := mmdebstrap systemd-container debian-archive-keyring
+TRIXIE_ROOT_PACKAGES := $(APT_DEPS) kubectl
+.PHONY: test-trixie
+test-trixie:
+	@$(call apt_install,$(TRIXIE_DEPS))
+	env PATH=$(SYSPATH) $(PY) tools/suite-in-root.py --suite trixie --packages "$(TRIXIE_ROOT_PACKAGES)" \
+	  -- -q $(XDIST) --ignore=tests/deb $(PYTEST_ARGS)
+
 # The library alone, without the package or a container: a bootstrap against the emulator
 # into a scratch root (build/demo-library) with stand-in host commands, phase by phase.
 demo-library: deps
@@ -100,10 +114,11 @@ clean: demo-clean
 # ---------------------------------------------------------------------------------------
 # The Debian package (issue 3). Each target installs what it needs from Debian's archive.
 #   make deb       build/deb/aks-flex-node_<version>_all.deb (dpkg-buildpackage, no network)
-#   make lint-deb  lintian --pedantic on it: any error or warning fails
-#   make test-deb  tests/deb: the package's contents, lintian, the maintainer-script matrix,
-#                  debconf runs against a private debconf database, installs in a throwaway
-#                  bookworm root (mmdebstrap; its base tarball is cached in build/deb-cache)
+#   make lint-deb  lintian --pedantic on it (this machine's lintian): any error or warning fails
+#   make test-deb  tests/deb: the package's contents, lintian (Debian 12's here, 13's in a
+#                  trixie root), the maintainer-script matrix, debconf runs against a private
+#                  debconf database, installs and the upgrade from units in /lib in throwaway
+#                  bookworm and trixie roots (mmdebstrap; tarballs cached in build/deb-cache)
 DEB_OUT := build/deb
 DEB_BUILD_DEPS := debhelper dh-python python3-all python3-setuptools po-debconf lintian fakeroot
 DEB_TEST_DEPS := debconf debconf-utils python3-debconf ucf mmdebstrap man-db bash-completion
@@ -129,8 +144,10 @@ test-deb: deb-deps deps
 #   make repo       build/repo: build/deb/*.deb and the Arc agent stand-in, signed with aptly
 #                   (an ed25519 key made once in .cache/repo-key, or REPO_KEY=FILE), plus
 #                   aks-flex-node.sources and the keyring a node needs: docs/apt-repository.md
-#   make e2e        tests/e2e: the package's lifecycle in booted bookworm containers
-#                   (systemd-nspawn), against the emulator: docs/testing.md
+#   make e2e        tests/e2e: the package's lifecycle in booted Debian 12 (bookworm) and 13
+#                   (trixie) containers (systemd-nspawn), against the emulator, and a 12 node
+#                   upgraded to 13: docs/testing.md. AKS_FLEX_NODE_E2E_RELEASES=trixie (or
+#                   bookworm) runs one release's scenarios only
 #   make e2e-clean  ends the containers a killed run left (by their recorded pids), unmounts
 #                   them, and drops .cache/e2e (the cached base root) and build/repo
 .PHONY: repo e2e-deps e2e e2e-clean
@@ -152,11 +169,20 @@ e2e-deps:
 	@$(call apt_install,$(E2E_DEPS))
 
 # Two workers: every node but `make demo`'s has a network namespace of its own, so two
-# scenarios run at once (tests/e2e/netns.py); the base root is built by one of them.
+# scenarios run at once (tests/e2e/netns.py); each release's base root is built by one of them.
 E2E_XDIST ?= -n 2
 e2e: repo deps e2e-deps
 	env PATH=$(SYSPATH) AKS_FLEX_NODE_E2E_DEB_DIRS=$(DEB_OUT):build/arc-agent \
-	  $(PY) -m pytest -q $(E2E_XDIST) -m e2e tests/e2e $(PYTEST_ARGS)
+	  $(PY) -m pytest -q $(E2E_XDIST) -m "e2e and not release_upgrade" tests/e2e $(PYTEST_ARGS)
+
+# The 12 -> 13 release upgrade (tests/e2e/test_release_upgrade.py): a joined bookworm node
+# dist-upgraded through Debian's archive, then rebooted. Half an hour on a busy 2-core
+# machine, most of it apt's: not in `make e2e` (nor CI); run it when the package or the
+# releases change.
+.PHONY: e2e-release-upgrade
+e2e-release-upgrade: repo deps e2e-deps
+	env PATH=$(SYSPATH) AKS_FLEX_NODE_E2E_DEB_DIRS=$(DEB_OUT):build/arc-agent \
+	  $(PY) -m pytest -q -m release_upgrade tests/e2e $(PYTEST_ARGS)
 
 e2e-clean:
 	env PATH=$(SYSPATH) $(PY) -c 'from tests.e2e import container as c; print("\n".join(c.clean_leftovers(c.CACHE / "run")) or "nothing left running")'
@@ -164,11 +190,12 @@ e2e-clean:
 
 # ---------------------------------------------------------------------------------------
 # autopkgtest (debian/tests: smoke, preseed-validation) of build/deb's package, in a
-# throwaway bookworm testbed that autopkgtest-virt-unshare unpacks from the base tarball
-# tests/deb caches (build/deb-cache; built with mmdebstrap the first time): never on this
-# machine (no `null` backend). Results in build/autopkgtest/out (log, summary).
+# throwaway testbed of each of AUTOPKGTEST_SUITES that autopkgtest-virt-unshare unpacks from
+# the base tarball tests/deb/roots.py caches (build/deb-cache; built with mmdebstrap the
+# first time): never on this machine (no `null` backend). Results in
+# build/autopkgtest/SUITE/out (log, summary).
 #   -U  the tarball has no apt lists and no apt-utils, which autopkgtest needs to publish
-#       the .deb in the testbed: apt-get update, the bookworm updates and apt-utils come
+#       the .deb in the testbed: apt-get update, the release's updates and apt-utils come
 #       from Debian's archive. The tests themselves reach nothing but loopback.
 # The source tree is a copy of the work tree (tracked and unignored files; debian/ out of
 # git) marked as built (debian/files): the .deb is given, so autopkgtest neither builds
@@ -177,6 +204,7 @@ e2e-clean:
 # line root:200000:65536 is added to each when it has no root line (and said so).
 # `make test-deb` runs the same through tests/deb/test_autopkgtest.py.
 AUTOPKGTEST_OUT := build/autopkgtest
+AUTOPKGTEST_SUITES ?= bookworm trixie
 AUTOPKGTEST_DEPS := autopkgtest mmdebstrap util-linux uidmap
 
 .PHONY: autopkgtest autopkgtest-deps
@@ -192,21 +220,24 @@ autopkgtest-deps:
 
 autopkgtest: deb autopkgtest-deps deps
 	@set -e; \
-	tarball=$$(env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -c \
-	  'from tests.deb.test_install import base_tarball; print(base_tarball())'); \
 	rm -rf $(AUTOPKGTEST_OUT); mkdir -p $(AUTOPKGTEST_OUT)/src; \
 	env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -c \
 	  'import pathlib; from tests.deb.test_autopkgtest import source_tree; source_tree(pathlib.Path("$(AUTOPKGTEST_OUT)/src/aks-flex-node"))'; \
-	set -x; \
-	env PATH=$(SYSPATH) autopkgtest -U -o $(AUTOPKGTEST_OUT)/out $(DEB_OUT)/aks-flex-node_*_all.deb \
-	  $(AUTOPKGTEST_OUT)/src/aks-flex-node/ -- unshare --release bookworm --tarball $$tarball
+	for suite in $(AUTOPKGTEST_SUITES); do \
+	  tarball=$$(env PATH=$(SYSPATH) AKS_FLEX_NODE_DEB_TESTS=all $(PY) -c \
+	    "from tests.deb.roots import base_tarball; print(base_tarball('$$suite'))"); \
+	  echo "+ autopkgtest on $$suite -> $(AUTOPKGTEST_OUT)/$$suite/out"; \
+	  env PATH=$(SYSPATH) autopkgtest -U -o $(AUTOPKGTEST_OUT)/$$suite/out $(DEB_OUT)/aks-flex-node_*_all.deb \
+	    $(AUTOPKGTEST_OUT)/src/aks-flex-node/ -- unshare --release $$suite --tarball $$tarball; \
+	done
 
 # make test-deb runs the autopkgtest too (tests/deb/test_autopkgtest.py): same needs.
 test-deb: autopkgtest-deps
 
 # ---------------------------------------------------------------------------------------
 # The demo (the README's first command): the package built and published (make repo), a
-# bookworm machine booted with systemd-nspawn, `apt-get install aks-flex-node` preseeded
+# Debian 13 (trixie) machine booted with systemd-nspawn (`make demo RELEASE=bookworm`: a
+# Debian 12 one), `apt-get install aks-flex-node` preseeded
 # against the emulator, the join phase by phase; the node and the emulator are left
 # running (tests/e2e/demo.py, all under demo-root/).
 #   make demo-shell [CMD='...']  a root shell on the node, or one command
@@ -215,7 +246,7 @@ test-deb: autopkgtest-deps
 .PHONY: demo demo-shell demo-azure demo-clean
 
 demo: repo deps e2e-deps
-	env PATH=$(SYSPATH) $(PY) -m tests.e2e.demo up
+	env PATH=$(SYSPATH) $(PY) -m tests.e2e.demo up --release $(or $(RELEASE),trixie)
 
 demo-shell:
 	@env PATH=$(SYSPATH) $(PY) -m tests.e2e.demo shell $(if $(CMD),/bin/sh -c "$$CMD")
@@ -228,13 +259,14 @@ demo-clean:
 
 # ---------------------------------------------------------------------------------------
 # Ubuntu's releases (docs/ubuntu.md): the library's suite, as test-pypi runs it
-# (NOT_ON_OTHER_STACKS), on the release's Python with the release's SDK versions pinned from PyPI
-# (tests/requirements/ubuntu-<release>.txt), in .venv-ubuntu-<release>. No Ubuntu root can be
-# booted here (its archive is out of reach), so this measures the library, not the package.
+# (NOT_ON_OTHER_STACKS). 22.04 and 24.04: on the release's Python with the release's SDK versions
+# pinned from PyPI (tests/requirements/ubuntu-<release>.txt), in .venv-ubuntu-<release>; 26.04:
+# in a root of it, on Ubuntu's own packages (below). This measures the library, not the package.
 # The interpreter: PYTHON_JAMMY / PYTHON_NOBLE, else pyenv's 3.10.* / 3.12.*, else python3.10 /
 # python3.12 on PATH; without one the release is skipped, said plainly, exit 0.
-#   make test-ubuntu        both releases; CI runs it
+#   make test-ubuntu        the three releases; CI runs it
 #   make test-ubuntu-jammy  22.04 (Python 3.10)    make test-ubuntu-noble  24.04 (Python 3.12)
+#   make test-ubuntu-resolute  26.04 (Python 3.14)
 # Jammy's azure-identity cannot turn MSAL's instance discovery off, so its tests name Entra ID's
 # public authority and resolve it to the emulator: each venv gets a .pth file that loads
 # tests/sitehook/emulator_routes.py into every Python process (it only acts on the names
@@ -249,9 +281,9 @@ endef
 PYTHON_JAMMY ?= $(call find_python,3.10)
 PYTHON_NOBLE ?= $(call find_python,3.12)
 
-.PHONY: test-ubuntu test-ubuntu-jammy test-ubuntu-noble
+.PHONY: test-ubuntu test-ubuntu-jammy test-ubuntu-noble test-ubuntu-resolute
 
-test-ubuntu: test-ubuntu-jammy test-ubuntu-noble
+test-ubuntu: test-ubuntu-jammy test-ubuntu-noble test-ubuntu-resolute
 
 test-ubuntu-jammy:
 	@$(MAKE) --no-print-directory ubuntu-suite RELEASE=jammy VERSION=22.04 PYTHON_REL=3.10 UPY="$(PYTHON_JAMMY)"
@@ -273,3 +305,28 @@ ubuntu-suite:
 	printf '%s\nimport emulator_routes\n' "$(CURDIR)/tests/sitehook" > $$site/aks_flex_node_test_routes.pth; \
 	echo "test-ubuntu-$(RELEASE): Ubuntu $(VERSION)'s stack on $$($$venv/bin/python -V)"; \
 	env PATH=$(SYSPATH) $$venv/bin/python -m pytest -q $(XDIST) $(NOT_ON_OTHER_STACKS) $(PYTEST_ARGS)
+
+# Ubuntu 26.04 (resolute), Python 3.14: no 3.14 is on this machine, but Ubuntu's archive is,
+# so the same selection runs in a resolute root on Ubuntu's own packages (python3.14,
+# python3-azure, python3-msal, ...: the stack our .deb runs on there), not on PyPI pins:
+# tools/ubuntu-root.sh. The root (build/ubuntu-resolute/root, with -updates and -security as
+# of its build; its package versions in build/ubuntu-resolute/versions) is made once and
+# again when what it is made of changes (the script's package list, mirror, key);
+# `rm -rf build/ubuntu-resolute` takes newer updates.
+# Without the archive and without a root already made, the release is skipped, said plainly,
+# exit 0.
+UBUNTU_MIRROR ?= http://archive.ubuntu.com/ubuntu
+UBUNTU_RESOLUTE ?= build/ubuntu-resolute
+test-ubuntu-resolute:
+	@$(call apt_install,mmdebstrap gnupg curl systemd-container)
+	@set -e; export PATH=$(SYSPATH) UBUNTU_MIRROR=$(UBUNTU_MIRROR); \
+	if ! tools/ubuntu-root.sh built $(UBUNTU_RESOLUTE); then \
+	  if ! curl -fsS -m 30 -o /dev/null $(UBUNTU_MIRROR)/dists/resolute/InRelease; then \
+	    echo "test-ubuntu-resolute: SKIPPED: Ubuntu's archive ($(UBUNTU_MIRROR)) is out of reach and no resolute root was made from it before; set UBUNTU_MIRROR to a mirror"; \
+	    exit 0; \
+	  fi; \
+	  tools/ubuntu-root.sh build $(UBUNTU_RESOLUTE); \
+	fi; \
+	echo "test-ubuntu-resolute: Ubuntu 26.04's own packages:" \
+	  $$(grep -E '^(python3\.14|python3-azure|python3-msal|python3-configobj) ' $(UBUNTU_RESOLUTE)/versions | tr '\n' ' '); \
+	tools/ubuntu-root.sh run $(UBUNTU_RESOLUTE) -q $(XDIST) $(NOT_ON_OTHER_STACKS) $(PYTEST_ARGS)

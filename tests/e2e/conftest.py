@@ -1,6 +1,10 @@
 """Fixtures of the end-to-end tests (marker e2e; `make e2e` runs them, `make test` never).
 
-  base        the cached bookworm root (container.BaseRoot), built on first use;
+  release     the Debian release a scenario's nodes run: every scenario that boots a node
+              runs once per release of $AKS_FLEX_NODE_E2E_RELEASES (default: bookworm and
+              trixie, container.RELEASES), as test_x[bookworm] and test_x[trixie]; a
+              scenario marked @pytest.mark.releases("bookworm") runs on those only
+  base        the cached root of that release (container.BaseRoot), built on first use;
   base_root   its tree
   debs        the .debs under test: aks-flex-node and the Arc agent stand-in (built here,
               or taken from AKS_FLEX_NODE_E2E_DEB_DIRS, which `make e2e` sets)
@@ -50,9 +54,38 @@ def e2e_host():
     RUN_BASE.mkdir(parents=True, exist_ok=True)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "releases(*names): the Debian releases a scenario runs on "
+                                       "(default: all of $AKS_FLEX_NODE_E2E_RELEASES)")
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that needs a node's release (through base, base_root, node...) runs once
+    per selected release; a `releases` marker narrows that to the releases it names."""
+    if "release" not in metafunc.fixturenames:
+        return
+    selected = ct.selected_releases()
+    marker = metafunc.definition.get_closest_marker("releases")
+    if marker:
+        for name in marker.args:
+            ct.check_release(name)
+        selected = [name for name in selected if name in marker.args]
+    # None of its releases is selected: one skipped case says so (an empty parametrize would too,
+    # less clearly).
+    if not selected:
+        why = f"runs on {', '.join(marker.args)} only; {ct.RELEASES_ENV} selects {', '.join(ct.selected_releases())}"
+        selected = [pytest.param(None, marks=pytest.mark.skip(reason=why))]
+    metafunc.parametrize("release", selected, indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def base(e2e_host):
-    base = ct.BaseRoot()
+def release(request):
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def base(e2e_host, release):
+    base = ct.BaseRoot(release)
     base.ensure()
     return base
 
@@ -180,13 +213,16 @@ def boot_node(base_root, fresh_emulator, request):
     (the fleet scenarios) or in several workers (`make e2e` runs two); node.c.expose()
     reaches its ports. False: the host's network, as `make demo` runs a node.
     before_boot(container): files to put in place before systemd starts.
-    add_repository=False leaves the APT source to the scenario (cloud-init adds it)."""
+    add_repository=False leaves the APT source to the scenario (cloud-init adds it).
+    extra_ports: more host ports to forward in (the release upgrade's archive proxy)."""
 
-    def boot(repo, private_network=True, before_boot=None, hostname="e2e-node", add_repository=True):
+    def boot(repo, private_network=True, before_boot=None, hostname="e2e-node", add_repository=True,
+             extra_ports=()):
         options = {"hostname": hostname, "before_boot": before_boot}
         if private_network:
             options.update(private_network=True,
-                           forward_ports=emulator_ports(fresh_emulator, request.getfixturevalue("mirror")))
+                           forward_ports=[*emulator_ports(fresh_emulator, request.getfixturevalue("mirror")),
+                                          *extra_ports])
         box = _boot(base_root, request, [(repo.path, REPO_MOUNT, True),
                                          (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False)], **options)
         n = Node(box, fresh_emulator)

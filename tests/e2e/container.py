@@ -1,7 +1,8 @@
-"""A booted systemd container for the end-to-end tests: a cached bookworm root, an overlay
-per container, systemd-nspawn to boot it, nsenter to run commands in it.
+"""A booted systemd container for the end-to-end tests: a cached Debian root per release
+(bookworm, trixie), an overlay per container, systemd-nspawn to boot it, nsenter to run
+commands in it.
 
-    base = BaseRoot().ensure()               # builds .cache/e2e/base-<key>/ once (mmdebstrap)
+    base = BaseRoot("trixie").ensure()       # builds .cache/e2e/base-trixie-<key>/ once (mmdebstrap)
     with Container(base, run_dir) as c:      # overlay mount + boot + wait for systemd
         c.run(["systemctl", "is-active", "dbus"])
     # powered off, killed if it would not, unmounted, its directories removed
@@ -51,7 +52,11 @@ from tests.e2e.netns import leftover as netns_leftover
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = pathlib.Path(os.environ.get("AKS_FLEX_NODE_E2E_CACHE", REPO / ".cache" / "e2e"))
-SUITE = "bookworm"
+# The releases a node can boot (Debian 12 and 13): each has a base root of its own, made from
+# that release's archive, so the node runs its own systemd, Python, SDK and containerd.
+RELEASES = {"bookworm": "12", "trixie": "13"}
+DEFAULT_RELEASE = "trixie"  # Debian's stable release: what `make demo` boots unless told
+RELEASES_ENV = "AKS_FLEX_NODE_E2E_RELEASES"
 MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 
@@ -59,7 +64,9 @@ SECURITY_MIRROR = os.environ.get("AKS_FLEX_NODE_E2E_SECURITY_MIRROR", "http://de
 # tests install from the local repository only, never from Debian's archive). debconf-utils
 # for preseeding, kmod/procps for modprobe and sysctl, perl for debconf's readline frontend.
 BASE_PACKAGES = (
-    "systemd", "systemd-sysv", "dbus", "ca-certificates", "procps", "kmod", "iproute2",
+    # mount: Priority required, yet not in mmdebstrap's apt variant, and trixie's systemd no
+    # longer pulls it in (the node's preflight and the agent call mount and umount).
+    "mount", "systemd", "systemd-sysv", "dbus", "ca-certificates", "procps", "kmod", "iproute2",
     "python3", "python3-azure", "python3-configobj", "python3-debian", "python3-debconf", "python3-yaml",
     "ucf", "debconf-utils", "perl", "libterm-readline-gnu-perl",
     # What fleet engines need on a machine (issue 10): cloud-init and sshd are off in the
@@ -71,6 +78,9 @@ BASE_PACKAGES = (
     # needrestart's apt hook is off in the base (BASE_HOOKS), the scenarios that meet it turn
     # it on (node.enable_needrestart); unattended-upgrades runs only when a scenario runs it.
     "needrestart", "unattended-upgrades",
+    # The Ansible scenario's controller: the release's own ansible-core, run from this root
+    # (tests/e2e/test_ansible.py), so each release's Ansible drives that release's nodes.
+    "ansible-core",
 )
 # Run in the bootstrapped root (mmdebstrap --customize-hook). cloud-init.disabled: its
 # systemd generator then leaves cloud-init out of the boot (cloud-init's docs, "How to
@@ -110,6 +120,28 @@ class E2EError(Exception):
     pass
 
 
+def check_release(release):
+    """`release` when it is one the harness can boot, else an error naming the known ones."""
+    if release not in RELEASES:
+        raise E2EError(f"unknown Debian release {release!r}: the e2e harness boots "
+                       f"{', '.join(f'{name} (Debian {version})' for name, version in RELEASES.items())}")
+    return release
+
+
+def selected_releases(environ=os.environ):
+    """The releases the e2e scenarios run on: $AKS_FLEX_NODE_E2E_RELEASES (comma-separated),
+    by default every one of RELEASES."""
+    given = environ.get(RELEASES_ENV, "").strip()
+    if not given:
+        return tuple(RELEASES)
+    chosen = [name.strip() for name in given.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in RELEASES]
+    if unknown or not chosen:
+        raise E2EError(f"{RELEASES_ENV}={given!r}: unknown release(s) {unknown or [given]}; "
+                       f"known: {', '.join(RELEASES)}")
+    return tuple(dict.fromkeys(chosen))
+
+
 def _run(argv, timeout=600, check=True, **kw):
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=kw.pop("env", system_env()),
                           **kw)
@@ -122,20 +154,22 @@ def _run(argv, timeout=600, check=True, **kw):
 # ---- the cached base root ---------------------------------------------------------------
 
 class BaseRoot:
-    """The bootstrapped bookworm tree: .cache/e2e/base-<key>.tar.zst, its unpacked copy, and
-    the runtime .debs of the same suite (base-<key>-runtime/, see runtime_debs).
+    """The bootstrapped tree of one release (`suite`): .cache/e2e/base-<suite>-<key>.tar.zst,
+    its unpacked copy, and the runtime .debs of the same suite (base-<suite>-<key>-runtime/,
+    see runtime_debs).
 
     The key is a hash of the suite, the mirrors and the package lists, so a change of any of
     them builds a new one (and `make e2e-clean` drops old ones)."""
 
-    def __init__(self, cache=CACHE, packages=BASE_PACKAGES):
+    def __init__(self, suite=DEFAULT_RELEASE, cache=CACHE, packages=BASE_PACKAGES):
+        self.suite = check_release(suite)
         self.cache = pathlib.Path(cache)
         self.packages = tuple(packages)
-        key = hashlib.sha256(json.dumps([SUITE, MIRROR, SECURITY_MIRROR, self.packages,
+        key = hashlib.sha256(json.dumps([self.suite, MIRROR, SECURITY_MIRROR, self.packages,
                                          RUNTIME_PACKAGES, BASE_HOOKS]).encode()).hexdigest()[:12]
-        self.tarball = self.cache / f"base-{key}.tar.zst"
-        self.tree = self.cache / f"base-{key}"
-        self.runtime = self.cache / f"base-{key}-runtime"
+        self.tarball = self.cache / f"base-{self.suite}-{key}.tar.zst"
+        self.tree = self.cache / f"base-{self.suite}-{key}"
+        self.runtime = self.cache / f"base-{self.suite}-{key}-runtime"
         self.stamp = self.tree / ".unpacked"
 
     def ensure(self):
@@ -143,7 +177,7 @@ class BaseRoot:
             return self.tree
         self.cache.mkdir(parents=True, exist_ok=True)
         # Several test workers start at once: one builds, the others wait for it.
-        with open(self.cache / "base.lock", "a") as lock:
+        with open(self.cache / f"base-{self.suite}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self.stamp.exists():
                 return self.tree
@@ -159,7 +193,7 @@ class BaseRoot:
     def runtime_debs(self):
         """{package: .deb} of RUNTIME_PACKAGES as the base's own apt downloaded them: the
         suite's builds, whatever the host runs (a trixie or Ubuntu host's containerd would
-        not run on bookworm's libc)."""
+        not run on bookworm's libc; trixie's containerd is 1.7, bookworm's 1.6)."""
         self.ensure()
         found = self._runtime_found()
         if not found:
@@ -172,8 +206,8 @@ class BaseRoot:
 
     def _bootstrap(self):
         partial = self.cache / (self.tarball.name.replace(".tar.zst", ".partial.tar.zst"))
-        sources = [f"deb {MIRROR} {SUITE} main", f"deb {MIRROR} {SUITE}-updates main",
-                   f"deb {SECURITY_MIRROR} {SUITE}-security main"]
+        sources = [f"deb {MIRROR} {self.suite} main", f"deb {MIRROR} {self.suite}-updates main",
+                   f"deb {SECURITY_MIRROR} {self.suite}-security main"]
         shutil.rmtree(self.runtime, ignore_errors=True)
         self.runtime.mkdir(parents=True)
         # The runtime .debs are downloaded (not installed) by the root's own apt and copied
@@ -186,7 +220,7 @@ class BaseRoot:
               "--customize-hook=rm -rf \"$1\"/tmp/runtime-debs \"$1\"/etc/apt/sources.list",
               "--customize-hook=echo e2e-node > \"$1\"/etc/hostname",
               *(f"--customize-hook={hook}" for hook in BASE_HOOKS),
-              SUITE, str(partial), *sources], timeout=1800)
+              self.suite, str(partial), *sources], timeout=1800)
         os.replace(partial, self.tarball)
 
 
@@ -376,9 +410,7 @@ class Container:
     def start(self):
         for sub in ("upper", "work", "merged"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        _run(["mount", "-t", "overlay", "overlay", "-o",
-              f"lowerdir={self.base},upperdir={self.run_dir / 'upper'},workdir={self.run_dir / 'work'}",
-              str(self.root)])
+        self._mount()
         (self.root / "etc/hostname").write_text(self.hostname + "\n")
         # What the installer writes on a real machine (mmdebstrap writes no /etc/hosts, and
         # without it "localhost", which HIMDS clients use, does not resolve).
@@ -389,7 +421,31 @@ class Container:
             self.before_boot(self)
         self.sysctls = hold_host_sysctls(self.run_dir)
         (self.run_dir / "sysctls.json").write_text(json.dumps(self.sysctls))
+        if self.netns:
+            (self.run_dir / "netns").write_text(self.netns.name + "\n")  # for clean_run_dir
+            self.netns.create()
+            for port in self.forward_ports:
+                self.netns.forward_in(port)
+        return self._boot()
 
+    def reboot(self, timeout=STOP_TIMEOUT, boot_timeout=BOOT_TIMEOUT):
+        """Power off and boot the same overlay again, as a machine reboots: what is on its
+        disk (the overlay's upper layer) stays, everything that ran is gone. The network
+        namespace and its forwarded ports stay, as a machine's network does."""
+        self.poweroff(timeout)
+        _unmounted, left = unmount_all(self.root)
+        if left:
+            raise E2EError(f"cannot reboot: still mounted after the poweroff: {left}")
+        self.process = self.leader = None
+        self._mount()
+        return self._boot(boot_timeout)
+
+    def _mount(self):
+        _run(["mount", "-t", "overlay", "overlay", "-o",
+              f"lowerdir={self.base},upperdir={self.run_dir / 'upper'},workdir={self.run_dir / 'work'}",
+              str(self.root)])
+
+    def _boot(self, boot_timeout=BOOT_TIMEOUT):
         # CAP_NET_ADMIN: nspawn keeps it only with a private network, and a machine's root
         # (so the agent service, which applies the node's net.* sysctls) has it.
         argv = ["systemd-nspawn", "-D", str(self.root), "--boot", "--register=no", "--keep-unit",
@@ -397,10 +453,6 @@ class Container:
         for host_path, container_path, read_only in self.binds:
             argv.append(f"--bind{'-ro' if read_only else ''}={host_path}:{container_path}")
         if self.netns:
-            (self.run_dir / "netns").write_text(self.netns.name + "\n")  # for clean_run_dir
-            self.netns.create()
-            for port in self.forward_ports:
-                self.netns.forward_in(port)
             argv.append(f"--network-namespace-path={self.netns.path}")
         env = system_env(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1", SYSTEMD_NSPAWN_API_VFS_WRITABLE="1")
         with open(self.log_path, "ab") as log:
@@ -410,7 +462,13 @@ class Container:
         (self.run_dir / "nspawn.pid").write_text(f"{self.process.pid}\n")
         self.leader = self._wait_leader()
         (self.run_dir / "leader.pid").write_text(f"{self.leader}\n")
-        state = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=BOOT_TIMEOUT)
+        try:
+            state = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=boot_timeout)
+        except subprocess.TimeoutExpired:
+            # Say what the boot waits for: systemd's pending jobs.
+            jobs = self.run(["systemctl", "list-jobs", "--no-pager"], check=False, timeout=30)
+            raise E2EError(f"the container did not boot in {boot_timeout} s; systemd's jobs:\n"
+                           f"{jobs.stdout[-3000:]}{jobs.stderr[-1000:]}\n{self.log_tail()}") from None
         # "degraded" is fine: a unit a container cannot run (e.g. a kernel feature) failed.
         if state.stdout.strip() not in ("running", "degraded"):
             raise E2EError(f"the container did not boot: systemctl is-system-running says "

@@ -1,13 +1,14 @@
 """`make demo`: the package's main job, end to end, on this machine and nothing beyond loopback.
 
-    python3 -m tests.e2e.demo up     [--dir demo-root] [--repo build/repo]
+    python3 -m tests.e2e.demo up     [--dir demo-root] [--repo build/repo] [--release trixie|bookworm]
     python3 -m tests.e2e.demo shell  [--dir demo-root] [CMD...]   a root shell (or CMD) on the node
     python3 -m tests.e2e.demo azure  [--dir demo-root]            what Azure (the emulator) holds now
     python3 -m tests.e2e.demo down   [--dir demo-root]            power off, stop, remove everything
 
 `up` starts the Azure emulator and the artifact mirror in a background process of their own
-(`serve`), boots a bookworm machine with systemd-nspawn (the e2e tests' cached root and
-harness: tests/e2e/container.py), points its apt at the signed repository `make repo`
+(`serve`), boots a Debian machine with systemd-nspawn (the e2e tests' cached root and
+harness: tests/e2e/container.py; Debian 13 "trixie", the stable release, unless --release
+bookworm asks for Debian 12), points its apt at the signed repository `make repo`
 published, preseeds the debconf answers, installs the Arc agent (its stand-in), then runs
 `apt-get install aks-flex-node` with its output on the terminal (the join, phase by
 phase, comes from the postinst), and shows the
@@ -49,7 +50,7 @@ DEFAULT_DIR = ct.REPO / "demo-root"
 DEFAULT_REPO = ct.REPO / "build" / "repo"
 MACHINE_NAME = "demo-node-1"
 HOSTNAME = "demo-node"
-SERVICES_TIMEOUT = 120
+SERVICES_TIMEOUT = 300  # the emulator and the mirror's repacked runtime: minutes on a busy 2-core host
 UNITS = ("himdsd", "containerd", "kubelet", "aks-flex-node-agent")
 OPERATOR_KUBECONFIG = "operator.kubeconfig"
 RBAC_WAIT = 60
@@ -71,7 +72,7 @@ def say(text=""):
 
 # ---- the services: the emulator and the artifact mirror, in a process of their own ----------
 
-def serve(directory):
+def serve(directory, release=ct.DEFAULT_RELEASE):
     """Run the emulator and the mirror until SIGTERM; write their endpoints to services.json.
 
     The emulator is this process's child with --exit-with-parent: it ends with us, however
@@ -83,7 +84,7 @@ def serve(directory):
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     signal.signal(signal.SIGINT, lambda *_: stop.append(True))
-    base = ct.BaseRoot()
+    base = ct.BaseRoot(release)
     debs = base.runtime_debs()
     emulator = start_emulator(directory / "emulator")
     mirror = Mirror(debs, emulator)
@@ -104,13 +105,14 @@ def serve(directory):
     return 0
 
 
-def start_services(directory):
+def start_services(directory, release):
     """serve() in the background (its own session: it outlives `up`); its endpoints."""
     from tests.emulator_fixtures import Emulator
 
     log = open(directory / "services.log", "ab")
     env = ct.system_env(PYTHONPATH=str(ct.REPO))
-    process = subprocess.Popen([sys.executable, "-m", "tests.e2e.demo", "serve", "--dir", str(directory)],
+    process = subprocess.Popen([sys.executable, "-m", "tests.e2e.demo", "serve", "--dir", str(directory),
+                                "--release", release],
                                cwd=str(ct.REPO), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                start_new_session=True)
     log.close()
@@ -172,24 +174,25 @@ def _leader(directory):
     return pid if ct.pid_alive(pid) else None
 
 
-def up(directory, repo_dir):
+def up(directory, repo_dir, release=ct.DEFAULT_RELEASE):
     repo = Repo(repo_dir).check_published()
     down(directory, quiet=True)
     directory.mkdir(parents=True, exist_ok=True)
 
     banner("Azure, emulated on loopback: ARM, Entra ID, HIMDS, the cluster's API server, the artifacts")
-    base = ct.BaseRoot()
+    base = ct.BaseRoot(release)
+    machine = f"Debian {ct.RELEASES[release]} ({release})"
     if not base.stamp.exists():
-        say(f"first run: building the bookworm root the node boots from ({base.tarball.name}, "
+        say(f"first run: building the {machine} root the node boots from ({base.tarball.name}, "
             f"mmdebstrap, a few minutes; cached in {base.cache})")
     base.ensure()
-    emulator, mirror = start_services(directory)
+    emulator, mirror = start_services(directory, release)
     say(f"ARM          {emulator.arm}\nEntra ID     {emulator.authority}\nAPI server   {emulator.apiserver}\n"
         f"artifacts    {mirror.url}  (containerd {mirror.versions['containerd']}, runc {mirror.versions['runc']}, "
         f"CNI {mirror.versions['cni']}: Debian's builds; the kubelet is a stand-in)\n"
         f"cluster      {C.CLUSTER_ID}")
 
-    banner("a bookworm machine, booted with systemd-nspawn (it shares this host's loopback)")
+    banner(f"a {machine} machine, booted with systemd-nspawn (it shares this host's loopback)")
     box = ct.Container(base.tree, directory / "node", name="aks-flex-demo", hostname=HOSTNAME,
                        binds=[(repo.path, n.REPO_MOUNT, True),
                               (emulator.himds_key_dir, n.UPSTREAM_KEYS_MOUNT, False)])
@@ -435,7 +438,11 @@ def main(argv=None):
     up_parser = sub.add_parser("up", parents=[common], help="build the node and join it")
     up_parser.add_argument("--repo", type=pathlib.Path, default=DEFAULT_REPO,
                            help="the published repository (build/repo)")
-    sub.add_parser("serve", parents=[common], help="(internal) the emulator and the mirror, until SIGTERM")
+    up_parser.add_argument("--release", choices=tuple(ct.RELEASES), default=ct.DEFAULT_RELEASE,
+                           help=f"the Debian release the node runs ({ct.DEFAULT_RELEASE})")
+    serve_parser = sub.add_parser("serve", parents=[common],
+                                  help="(internal) the emulator and the mirror, until SIGTERM")
+    serve_parser.add_argument("--release", choices=tuple(ct.RELEASES), default=ct.DEFAULT_RELEASE)
     shell_parser = sub.add_parser("shell", parents=[common], help="a root shell on the node, or CMD")
     shell_parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD")
     sub.add_parser("azure", parents=[common], help="what Azure (the emulator) holds now")
@@ -446,9 +453,9 @@ def main(argv=None):
         parser.error("the demo mounts and boots a container: run it as root")
     try:
         if args.command == "up":
-            return up(directory, args.repo.resolve())
+            return up(directory, args.repo.resolve(), args.release)
         if args.command == "serve":
-            return serve(directory)
+            return serve(directory, args.release)
         if args.command == "shell":
             return shell(directory, args.argv)
         if args.command == "azure":

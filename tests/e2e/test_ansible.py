@@ -1,9 +1,12 @@
 """Scenario: Ansible rolls aks-flex-node out to three machines at once, then upgrades it.
 
-Three booted bookworm nodes, each in a network namespace of its own (its own himdsd on
-127.0.0.1:40342, its own sshd on port 22, exposed on a host loopback port). Ansible runs
-on this host (Debian's ansible-core), as root over ssh with a key the test makes, forks 3,
-from an inventory the test writes; the client secret comes from a Vault-encrypted file.
+Three booted nodes of one release (bookworm or trixie), each in a network namespace of its
+own (its own himdsd on 127.0.0.1:40342, its own sshd on port 22, exposed on a host loopback
+port). Ansible is that release's own ansible-core (2.14 on bookworm, 2.19 on trixie), run
+from an overlay of the same base root with systemd-nspawn, not booted and sharing this
+host's network (so it reaches the exposed ports), as root over ssh with a key the test
+makes, forks 3, from an inventory the test writes; the client secret comes from a
+Vault-encrypted file.
 
 - examples/ansible/join.yml joins all three (different machine names): Arc machines, Nodes
   Ready; a second run changes nothing; the secret is in no output and in no file on a node
@@ -15,7 +18,8 @@ from an inventory the test writes; the client secret comes from a Vault-encrypte
   MainPID unchanged.
 
 Ansible's own files stay in the test's tmp dir (ANSIBLE_HOME, ANSIBLE_LOCAL_TEMP, the ssh
-control sockets in a short dir of their own); known hosts go to a file there too.
+control sockets in a short dir of their own), bound into the controller at the same paths;
+known hosts go to a file there too.
 """
 
 import os
@@ -36,33 +40,45 @@ pytestmark = pytest.mark.e2e
 
 EXAMPLE = ct.REPO / "examples" / "ansible"
 NAMES = ("ansible-node-1", "ansible-node-2", "ansible-node-3")
-HOST_TOOLS = {"ansible-playbook": "ansible-core", "ansible-vault": "ansible-core", "ssh": "openssh-client",
-              "ssh-keygen": "openssh-client"}
+CONTROLLER_TOOLS = ("ansible-playbook", "ansible-vault", "ssh", "ssh-keygen")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ansible_tools(e2e_host):
-    """Ansible and ssh on this host (`make e2e` installs them). The role's apt modules need
-    python3-apt on the nodes: container.BASE_PACKAGES has it."""
-    missing = sorted({pkg for tool, pkg in HOST_TOOLS.items() if not shutil.which(tool, path=ct.SYSPATH)})
-    if missing:
-        pytest.fail(f"the Ansible scenario needs Debian's {', '.join(missing)} on this host: "
-                    f"apt-get install {' '.join(missing)}")
+@pytest.fixture
+def controller_root(base_root, tmp_path):
+    """An overlay of the release's base root (the cache is never written), the controller's
+    filesystem; the release's ansible-core and ssh are in it (container.BASE_PACKAGES)."""
+    overlay = tmp_path / "controller"
+    for sub in ("upper", "work", "merged"):
+        (overlay / sub).mkdir(parents=True)
+    merged = overlay / "merged"
+    ct._run(["mount", "-t", "overlay", "overlay", "-o",
+             f"lowerdir={base_root},upperdir={overlay / 'upper'},workdir={overlay / 'work'}", str(merged)])
+    try:
+        missing = [tool for tool in CONTROLLER_TOOLS if not any(
+            (merged / d / tool).exists() for d in ("usr/bin", "bin"))]
+        if missing:
+            pytest.fail(f"the base root {base_root} lacks {', '.join(missing)}: `make e2e-clean`, then again")
+        yield merged
+    finally:
+        ct.unmount_all(merged)
 
 
 class Controller:
-    """Ansible on this host: a key, a vault, an inventory, and ansible-playbook runs."""
+    """Ansible from the release's root: a key, a vault, an inventory, and ansible-playbook
+    runs, each command in `root` through systemd-nspawn (no boot, the host's network) with
+    `binds` (the test's tmp dir, the control sockets' dir, the examples) at the same paths."""
 
-    def __init__(self, tmp, control_dir):
-        self.tmp = tmp
+    def __init__(self, root, tmp, control_dir, binds=()):
+        self.root, self.tmp = root, tmp
+        self.binds = (tmp, control_dir, EXAMPLE, *binds)
         self.key = tmp / "id_ed25519"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "aks-e2e-ansible", "-f", str(self.key)],
-                       check=True, env=ct.system_env())
         self.home = tmp / "ansible-home"
-        self.env = ct.system_env(
-            HOME=str(self.home), ANSIBLE_HOME=str(self.home / ".ansible"),
-            ANSIBLE_LOCAL_TEMP=str(self.home / ".ansible" / "tmp"), ANSIBLE_CONFIG=str(tmp / "ansible.cfg"),
-            ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        self.env = {
+            "HOME": str(self.home), "ANSIBLE_HOME": str(self.home / ".ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(self.home / ".ansible" / "tmp"), "ANSIBLE_CONFIG": str(tmp / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "LANG": "C.UTF-8"}
+        self.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "aks-e2e-ansible", "-f", str(self.key)],
+                 check=True)
         # ssh's ControlPath is a unix socket (108 bytes at most): a short dir, not tmp_path.
         (tmp / "ansible.cfg").write_text(
             "[defaults]\nforks = 3\ninterpreter_python = /usr/bin/python3\nretry_files_enabled = false\n"
@@ -73,8 +89,8 @@ class Controller:
         vault = tmp / "vault.yml"
         vault.write_text(yaml.safe_dump({"aks_flex_node_sp_client_secret": C.SP_CLIENT_SECRET}))
         vault.chmod(0o600)
-        subprocess.run(["ansible-vault", "encrypt", "--vault-password-file", str(self.vault_password), str(vault)],
-                       check=True, env=self.env, capture_output=True, timeout=120)
+        self.run(["ansible-vault", "encrypt", "--vault-password-file", str(self.vault_password), str(vault)],
+                 check=True, timeout=120)
         self.vault = vault
         self.inventory = tmp / "inventory.yml"
         self.outputs = []
@@ -90,11 +106,29 @@ class Controller:
             **group_vars}
         self.inventory.write_text(yaml.safe_dump({"aks_flex_nodes": {"hosts": hosts, "vars": common}}))
 
+    def run(self, argv, check=False, timeout=1800):
+        """argv in the controller's root: --as-pid2, so a stub init reaps ssh's and
+        Ansible's forks; --keep-unit --register=no, as container.Container boots."""
+        nspawn = ["systemd-nspawn", "-q", "-D", str(self.root), "--as-pid2", "--register=no", "--keep-unit",
+                  f"--chdir={self.tmp}", *(f"--bind={path}" for path in self.binds),
+                  *(f"--setenv={key}={value}" for key, value in self.env.items())]
+        proc = subprocess.run([*nspawn, *argv], env=ct.system_env(), capture_output=True, text=True,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise ct.E2EError(f"in the controller: {' '.join(argv)} exited {proc.returncode}\n"
+                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return proc
+
+    def version(self):
+        return self.run(["ansible-playbook", "--version"], check=True).stdout.splitlines()[0]
+
     def playbook(self, name, timeout=1800):
-        proc = subprocess.run(["ansible-playbook", "-v", "-i", str(self.inventory), "-e", f"@{self.vault}",
-                               "--vault-password-file", str(self.vault_password), str(EXAMPLE / name)],
-                              cwd=str(self.tmp), env=self.env, capture_output=True, text=True, timeout=timeout)
+        proc = self.run(["ansible-playbook", "-v", "-i", str(self.inventory), "-e", f"@{self.vault}",
+                         "--vault-password-file", str(self.vault_password), str(EXAMPLE / name)], timeout=timeout)
         self.outputs.append(proc.stdout + proc.stderr)
+        # The whole output, for a failure (the assertions show its end only).
+        (self.tmp / f"ansible-{len(self.outputs)}-{name.replace('.yml', '')}.log").write_text(
+            proc.stdout + proc.stderr)
         return proc
 
 
@@ -141,17 +175,22 @@ def boot_ssh_node(boot_node, repo, name, public_key):
     return node
 
 
-def test_ansible_joins_three_nodes_at_once_then_upgrades_them_in_batches(boot_node, fresh_repo, newer_deb, mirror,
-                                                                          tmp_path):
+# The ansible-core each release ships (Debian's packages; the first line of --version).
+ANSIBLE_CORE = {"bookworm": "2.14.", "trixie": "2.19."}
+
+
+def test_ansible_joins_three_nodes_at_once_then_upgrades_them_in_batches(release, controller_root, boot_node,
+                                                                          fresh_repo, newer_deb, mirror, tmp_path):
     control_dir = tempfile.mkdtemp(prefix="aks-e2e-cp-")
     try:
-        _scenario(boot_node, fresh_repo, newer_deb, mirror, tmp_path, control_dir)
+        ansible = Controller(controller_root, tmp_path, control_dir)
+        assert f"[core {ANSIBLE_CORE[release]}" in ansible.version(), ansible.version()
+        _scenario(ansible, boot_node, fresh_repo, newer_deb, mirror, tmp_path)
     finally:
         shutil.rmtree(control_dir, ignore_errors=True)
 
 
-def _scenario(boot_node, fresh_repo, newer_deb, mirror, tmp_path, control_dir):
-    ansible = Controller(tmp_path, control_dir)
+def _scenario(ansible, boot_node, fresh_repo, newer_deb, mirror, tmp_path):
     public_key = (tmp_path / "id_ed25519.pub").read_text()
     nodes = {name: boot_ssh_node(boot_node, fresh_repo, name, public_key) for name in NAMES}
     emu = next(iter(nodes.values())).emulator

@@ -21,11 +21,15 @@ def demo(command, *args, directory, timeout=600):
                           text=True, timeout=timeout)
 
 
-def test_demo_joins_a_node_leaves_it_running_and_cleans_up(base, repo, tmp_path):
+def test_demo_joins_a_node_leaves_it_running_and_cleans_up(release, base, repo, tmp_path):
     directory = tmp_path / "demo-root"
     try:
-        up = demo("up", "--repo", str(repo.path), directory=directory)
+        up = demo("up", "--repo", str(repo.path), "--release", release, directory=directory)
         assert up.returncode == 0, f"{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
+        assert f"a Debian {ct.RELEASES[release]} ({release}) machine, booted" in up.stdout
+        # The node runs that release: its os-release, read from inside.
+        shown = demo("shell", "/bin/sh", "-c", ". /etc/os-release; echo $VERSION_CODENAME", directory=directory)
+        assert shown.stdout.split() == [release], shown.stderr
         # The story it tells: the install from the repository, the node's units, Azure's view.
         assert "Get:1 file:/srv/aks-flex-node-repo stable/main" in up.stdout
         # The Arc agent came first, so the postinst joined, phase by phase (apt's stderr).

@@ -93,3 +93,44 @@ def test_the_base_keeps_cloud_init_and_sshd_off(booted):
     assert booted.run(["test", "-x", "/usr/bin/cloud-init"], check=False).returncode == 0
     assert booted.is_active("cloud-init") != "active"
     assert booted.is_enabled("ssh") == "masked"
+
+
+def test_a_reboot_keeps_the_disk_and_nothing_that_ran(booted):
+    """What the release upgrade relies on: a reboot is a poweroff and a boot of the same
+    overlay, so files on disk stay, and /run, the processes and the boot id do not."""
+    booted.run("echo kept > /root/on-disk; echo gone > /run/in-memory")
+    boot_id = booted.run(["cat", "/proc/sys/kernel/random/boot_id"]).stdout
+    first_pids = set(booted.processes())
+    before = booted.leader
+    booted.reboot()
+    assert booted.leader != before and not ct.pid_alive(before)
+    assert booted.run(["cat", "/root/on-disk"]).stdout == "kept\n"
+    assert booted.run(["test", "-e", "/run/in-memory"], check=False).returncode == 1
+    assert booted.is_active("dbus") == "active"
+    assert not first_pids & set(booted.processes())
+    # A boot of its own to systemd and the journal (nspawn gives each boot a fresh boot id).
+    assert booted.run(["cat", "/proc/sys/kernel/random/boot_id"]).stdout != boot_id
+
+
+def test_the_archive_proxy_relays_to_debian_only():
+    """The release upgrade's way to Debian's archive (tests/e2e/archive_proxy.py) refuses
+    any other host, and CONNECT, without reaching out."""
+    import http.client
+
+    from tests.e2e.archive_proxy import ArchiveProxy
+
+    proxy = ArchiveProxy(["http://deb.debian.org/debian"])
+    try:
+        for method, target in (("GET", "http://example.org/x"), ("GET", "https://deb.debian.org/debian/"),
+                               ("CONNECT", "deb.debian.org:443")):
+            conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+            conn.request(method, target)
+            response = conn.getresponse()
+            assert response.status == 403, (method, target)
+            response.read()
+            conn.close()
+        assert proxy.requests == []
+        assert proxy.refused == ["GET http://example.org/x", "GET https://deb.debian.org/debian/",
+                                 "CONNECT deb.debian.org:443"]
+    finally:
+        proxy.stop()
