@@ -152,7 +152,7 @@ def main(argv=None):
         print(f"suite-in-root: {err}", file=sys.stderr)
         return 2
     release = (root / "etc/debian_version").read_text().strip()
-    print(f"suite-in-root: the suite in {root.relative_to(REPO)} (Debian {release})", file=sys.stderr)
+    print(f"suite-in-root: the suite in {root} (Debian {release})", file=sys.stderr)
     env = {"PATH": SYSPATH, "LC_ALL": "C.UTF-8",
            # The node's preflight and some tests read cgroup v2; nspawn gives it the unified
            # hierarchy even on a host that mounts the hybrid one.
