@@ -321,6 +321,18 @@ def mounts_under(path):
     return [m.point for m in mounts.mounts_below(mounts.read_mounts(), os.path.realpath(path))]
 
 
+def mount_overlay(lower, directory):
+    """`lower` seen writable at directory/merged (its changes in directory/upper), the tree
+    itself never written; returns the merged path. unmount_all(merged) undoes it."""
+    directory = pathlib.Path(directory)
+    for sub in ("upper", "work", "merged"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    merged = directory / "merged"
+    _run(["mount", "-t", "overlay", "overlay", "-o",
+          f"lowerdir={lower},upperdir={directory / 'upper'},workdir={directory / 'work'}", str(merged)])
+    return merged
+
+
 def unmount_all(path):
     """Unmount everything under path, deepest first (lazily when a plain umount fails).
     Returns (the mount points unmounted, those still mounted)."""
@@ -408,8 +420,6 @@ class Container:
         self.destroy()
 
     def start(self):
-        for sub in ("upper", "work", "merged"):
-            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         self._mount()
         (self.root / "etc/hostname").write_text(self.hostname + "\n")
         # What the installer writes on a real machine (mmdebstrap writes no /etc/hosts, and
@@ -441,9 +451,7 @@ class Container:
         return self._boot(boot_timeout)
 
     def _mount(self):
-        _run(["mount", "-t", "overlay", "overlay", "-o",
-              f"lowerdir={self.base},upperdir={self.run_dir / 'upper'},workdir={self.run_dir / 'work'}",
-              str(self.root)])
+        mount_overlay(self.base, self.run_dir)
 
     def _boot(self, boot_timeout=BOOT_TIMEOUT):
         # CAP_NET_ADMIN: nspawn keeps it only with a private network, and a machine's root

@@ -47,12 +47,7 @@ CONTROLLER_TOOLS = ("ansible-playbook", "ansible-vault", "ssh", "ssh-keygen")
 def controller_root(base_root, tmp_path):
     """An overlay of the release's base root (the cache is never written), the controller's
     filesystem; the release's ansible-core and ssh are in it (container.BASE_PACKAGES)."""
-    overlay = tmp_path / "controller"
-    for sub in ("upper", "work", "merged"):
-        (overlay / sub).mkdir(parents=True)
-    merged = overlay / "merged"
-    ct._run(["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={base_root},upperdir={overlay / 'upper'},workdir={overlay / 'work'}", str(merged)])
+    merged = ct.mount_overlay(base_root, tmp_path / "controller")
     try:
         missing = [tool for tool in CONTROLLER_TOOLS if not any(
             (merged / d / tool).exists() for d in ("usr/bin", "bin"))]

@@ -25,12 +25,7 @@ def test_piuparts_install_purge_and_upgrade_from_the_repository(release, base_ro
     # The previous version, in a repository whose suite is the distribution piuparts tests.
     repo = Repo(tmp_path / "repo", tmp_path / "key")
     repo.publish(debs.flex, suite=release)
-    overlay = tmp_path / "chroot"
-    for sub in ("upper", "work", "merged"):
-        (overlay / sub).mkdir(parents=True)
-    merged = overlay / "merged"
-    ct._run(["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={base_root},upperdir={overlay / 'upper'},workdir={overlay / 'work'}", str(merged)])
+    merged = ct.mount_overlay(base_root, tmp_path / "chroot")
     try:
         shutil.copy(repo.keyring, merged / "etc/apt/trusted.gpg.d/aks-flex-node.gpg")
         log = tmp_path / "piuparts.log"
