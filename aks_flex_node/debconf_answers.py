@@ -14,6 +14,7 @@ import os
 
 from aks_flex_node import config, paths
 from aks_flex_node.config.fileformat import take_value
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.config.semantic import MODE_KEYS
 from aks_flex_node.debconf_channel import DebconfError, q
 from aks_flex_node.errors import ConfigError, ConfigProblem
@@ -143,7 +144,7 @@ def render_config(channel, output, root, secret, text, secret_file_ok=True):
     text = base.decode("utf-8")
     values = {key: channel.get(q(question)) for question, key in QUESTION_KEYS.items()}
     mode = values["join_mode"]
-    if mode == "bootstrap-token":
+    if mode == JoinMode.BOOTSTRAP_TOKEN:
         for key in AUTH_KEYS:
             del values[key]
         if secret:

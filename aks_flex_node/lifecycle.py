@@ -13,6 +13,7 @@ import sys
 import threading
 
 from aks_flex_node import config, operations, paths
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.ledger import Ledger
 from aks_flex_node.engine.lock import writing_state
 from aks_flex_node.errors import ExitCode, FlexNodeError
@@ -113,7 +114,7 @@ def leave_then_join(cfg, host, progress=None, on_leave=None, lock_wait=60.0):
     # pool's Machine all change. Undo is the ledger's (mode-free) business.
     if old_cluster and (old_cluster.lower() != cfg.cluster.resource_id.lower()
                         or former.get("machine_name", cfg.machine_name) != cfg.machine_name
-                        or former.get("join_mode", "arc") != cfg.join_mode):
+                        or former.get("join_mode", JoinMode.ARC) != cfg.mode):
         if on_leave:
             on_leave(old_cluster)
         log.info("leaving %s first (the node is joined there)", old_cluster)

@@ -166,7 +166,7 @@ def input_problems(channel):
     return budget, ([env_problem] if env_problem else []) + answer_problems(channel)
 
 
-def join_mode(channel):
+def on_join_failure(channel):
     """on_join_failure. An answer that is neither choice counts as fail-install: whoever
     gave it did not ask for a join left to the background (answer_problems refuses it)."""
     try:
@@ -195,7 +195,7 @@ def join(channel, action, since_version, root):
     host = _host(root)
     # Everything the join reads from the environment and debconf is checked before it acts.
     budget, refused = input_problems(channel)
-    mode = join_mode(channel)
+    mode = on_join_failure(channel)
     if refused:
         return refuse(refused, mode)
     bad, text = node_files.config_problems(host)
@@ -335,7 +335,7 @@ def main(argv=None):
                 return int(join(channel, args[0], args[1] if len(args) == 2 else "", root))
             except Exception as exc:  # a bug must not wedge apt in the retry mode
                 log.debug("join crashed", exc_info=True)
-                return int(lifecycle.report_join(_host(root), exc, join_mode(channel)))
+                return int(lifecycle.report_join(_host(root), exc, on_join_failure(channel)))
         if command == "unjoin" and len(args) == 1 and args[0] in ("remove", "deconfigure"):
             try:
                 return int(unjoin(root))

@@ -10,8 +10,8 @@ import time
 
 from aks_flex_node import paths
 from aks_flex_node.engine import status as st
-from aks_flex_node.engine.context import Context
-from aks_flex_node.engine.data import JoinData
+from aks_flex_node.steps.context import JoinContext
+from aks_flex_node.steps.join_data import JoinData
 from aks_flex_node.engine.ledger import Ledger
 from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.runner import Runner
@@ -59,14 +59,14 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     with RunLock(host, "bootstrap", wait=lock_wait):
         ledger = Ledger(host)
         cached = ledger.joined.get("facts") if local_only or not refresh_pool else None
-        ctx = Context(cfg, host, ledger, data=JoinData.restore(cached), options={
+        ctx = JoinContext(cfg, host, ledger, data=JoinData.restore(cached), options={
             "ignore_preflight_errors": set(ignore_preflight_errors),
             "local_only": bool(cached) and local_only, "dry_run": dry_run,
             "refresh_pool": refresh_pool, "agent": agent, "upgrade": upgrade})
         if ctx.local_only:
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)
-        runner = Runner(bootstrap_steps(), ctx, sequential=sequential, dry_run=dry_run,
+        runner = Runner(bootstrap_steps(ctx.mode), ctx, sequential=sequential, dry_run=dry_run,
                         only=only, skip=skip, progress=progress, recent_repairs=recent_repairs)
         base = dict(_identity(cfg), operation="bootstrap",
                     mode="sequential" if sequential else "concurrent",
@@ -116,13 +116,13 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
     started = time.time()
     with RunLock(host, "unbootstrap", wait=lock_wait):
         ledger = Ledger(host)
-        ctx = Context(cfg, host, ledger, options={
+        ctx = JoinContext(cfg, host, ledger, options={
             "dry_run": dry_run,
             "drain_timeout": (drain_timeout or node_drain.UNBOOTSTRAP_TIMEOUT) if drain else None})
         status_file = st.StatusFile(host)
         if not dry_run:
             _mark_running(status_file, dict(_identity(cfg), operation="unbootstrap"))
-        result = run_undo(unbootstrap_steps(), ctx, dry_run=dry_run,
+        result = run_undo(unbootstrap_steps(ctx.mode), ctx, dry_run=dry_run,
                           keep_cloud=keep_cloud_resources, progress=progress)
         if not dry_run:
             _remove_run_state(host, ledger)

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import PreflightError, TemporaryError
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
@@ -193,13 +194,7 @@ def check_disk(ctx):
                        f"free at least {MIN_FREE_BYTES // 1024**3} GiB")
 
 
-def _arc_mode(ctx):
-    return ctx.config.join_mode == "arc"
-
-
 def check_azcmagent(ctx):
-    if not _arc_mode(ctx):
-        return None  # the other modes use no Arc agent
     command = ctx.config.azcmagent
     installed = (os.path.exists(ctx.host.path(command)) if os.path.isabs(command)
                  else ctx.host.which(command))
@@ -278,8 +273,6 @@ def _unreachable(what, failure, remedy):
 
 
 def check_arm(ctx):
-    if ctx.config.join_mode == "bootstrap-token":
-        return None  # this mode calls no Azure endpoint
     endpoints = ctx.config.endpoints
     for label, url in (("Azure Resource Manager", endpoints.arm),
                        ("Entra ID", endpoints.authority)):
@@ -292,8 +285,6 @@ def check_arm(ctx):
 def check_himds(ctx):
     from aks_flex_node.host.azcmagent import Azcmagent
 
-    if not _arc_mode(ctx):
-        return None
     shown = Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
     ctx.data.azcmagent_shown = shown
     if not shown or str(shown.get("status", "")).lower() != "connected":
@@ -307,7 +298,8 @@ def check_himds(ctx):
 
 def check_cluster_api(ctx):
     from aks_flex_node.errors import FlexNodeError
-    from aks_flex_node.steps.kubelet import CA_PATH, api_server_of
+    from aks_flex_node.steps import kubelet_auth
+    from aks_flex_node.steps.kubelet_paths import CA_PATH
 
     cfg = ctx.config
     if cfg.is_set("api_server") and cfg.is_set("cluster_ca_file") and cfg.cluster_ca_file:
@@ -315,7 +307,7 @@ def check_cluster_api(ctx):
         server, ca_file = cfg.api_server_url, ctx.host.path(cfg.cluster_ca_file)
     else:
         try:
-            server, _ca = api_server_of(ctx.host, tls=not _arc_mode(ctx))
+            server, _ca = kubelet_auth.api_server_of(ctx.host, kubelet_auth.for_mode(ctx.mode))
         except FlexNodeError:
             return None  # not known before the credentials phase; it is checked there
         ca_file = ctx.host.path(CA_PATH)
@@ -335,8 +327,6 @@ def check_agent_pool(ctx):
     from aks_flex_node.azure import agentpool, permissions
 
     cfg = ctx.config
-    if cfg.join_mode != "agent-pool":
-        return None
     clients, scope = ctx.azure.clients, agentpool.pool_id(cfg.cluster, cfg.agent_pool)
     blocks = permissions.pool_blocks(clients, cfg.cluster, cfg.agent_pool)
     missing = [a for a in permissions.POOL_ACTIONS if not permissions.allowed(a, blocks)]
@@ -377,15 +367,19 @@ def check_joined_elsewhere(ctx):
                        "run `aks-flex-node unbootstrap` first (dpkg-reconfigure does it for you)")
 
 
+_ARC = (JoinMode.ARC,)  # the other modes use no Arc agent
+_AZURE = tuple(mode for mode in JoinMode if mode.asks_azure)  # bootstrap-token calls no Azure endpoint
+# (name, check, the join modes it applies in: None for every one); in the others it passes.
 CHECKS = (
-    ("root", check_root), ("os", check_os), ("arch", check_arch), ("cgroups", check_cgroups),
-    ("swap", check_swap), ("kernel-modules", check_modules), ("ip-forward", check_ip_forward),
-    ("port-10250", check_port), ("clock", check_clock), ("disk-space", check_disk),
-    ("azcmagent", check_azcmagent), ("himds", check_himds), ("proxy", check_proxy),
-    ("azure-endpoints", check_arm), ("agent-pool", check_agent_pool),
-    ("cluster-api", check_cluster_api), ("joined-elsewhere", check_joined_elsewhere),
+    ("root", check_root, None), ("os", check_os, None), ("arch", check_arch, None),
+    ("cgroups", check_cgroups, None), ("swap", check_swap, None), ("kernel-modules", check_modules, None),
+    ("ip-forward", check_ip_forward, None), ("port-10250", check_port, None), ("clock", check_clock, None),
+    ("disk-space", check_disk, None), ("azcmagent", check_azcmagent, _ARC), ("himds", check_himds, _ARC),
+    ("proxy", check_proxy, None), ("azure-endpoints", check_arm, _AZURE),
+    ("agent-pool", check_agent_pool, (JoinMode.AGENT_POOL,)), ("cluster-api", check_cluster_api, None),
+    ("joined-elsewhere", check_joined_elsewhere, None),
 )
-CHECK_NAMES = tuple(name for name, _ in CHECKS)
+CHECK_NAMES = tuple(name for name, _check, _modes in CHECKS)
 
 
 def parse_ignored(value):
@@ -400,7 +394,9 @@ def parse_ignored(value):
     return names
 
 
-def _finding(check, ctx):
+def _finding(check, modes, ctx):
+    if modes is not None and ctx.mode not in modes:
+        return None
     try:
         return check(ctx)
     except Exception as exc:  # a check that cannot run says so; it does not crash preflight
@@ -414,9 +410,9 @@ def run_checks(ctx, ignored=()):
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=len(CHECKS), thread_name_prefix="preflight") as pool:
-        findings = list(pool.map(lambda item: _finding(item[1], ctx), CHECKS))
+        findings = list(pool.map(lambda item: _finding(item[1], item[2], ctx), CHECKS))
     results = []
-    for (name, _check), finding in zip(CHECKS, findings):
+    for (name, _check, _modes), finding in zip(CHECKS, findings):
         if finding is None:
             results.append(Result(name, "pass"))
         elif finding.severity == ERROR and (name in ignored or "all" in ignored):

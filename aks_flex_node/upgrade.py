@@ -119,16 +119,14 @@ def versions(client, node_name, configured, to=None):
 def node_client(cfg, host):
     """A KubeClient as the node (the kubelet's credential path), to the API server the
     kubeconfig bootstrap wrote names."""
-    from aks_flex_node.engine.context import Context
     from aks_flex_node.engine.ledger import Ledger
-    from aks_flex_node.steps.agentpool import tls_bootstrap
-    from aks_flex_node.steps.kubelet import api_server_of
-    from aks_flex_node.steps.node import kube_client
+    from aks_flex_node.steps import kubelet_auth
+    from aks_flex_node.steps.context import JoinContext
 
-    ctx = Context(cfg, host, Ledger(host))
-    tls = tls_bootstrap(cfg)
-    ctx.data.server, ctx.data.ca_pem = api_server_of(host, tls=tls)
-    return kube_client(ctx, tls=tls)
+    ctx = JoinContext(cfg, host, Ledger(host))
+    auth = kubelet_auth.for_mode(ctx.mode)
+    ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(host, auth)
+    return auth.client(ctx)
 
 
 def run(client, node_name, configured, to=None, drain_timeout=1800, ready_timeout=300):

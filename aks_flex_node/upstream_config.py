@@ -35,6 +35,7 @@ import stat
 
 from aks_flex_node import clouds
 from aks_flex_node.config.checks import shorten
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.config.named_files import BOOTSTRAP_TOKEN, BOOTSTRAP_TOKEN_FORM, has_certificate
 from aks_flex_node.errors import ConfigError, ConfigProblem
 
@@ -80,7 +81,7 @@ class _Conversion:
         self.problems = []
         self.used = set()  # paths read
         self.whole = set()  # objects read with everything in them (labels, tags...)
-        self.mode = "arc"  # join_mode, decided by _join_mode
+        self.mode = JoinMode.ARC  # join_mode, decided by _join_mode
 
     def get(self, path, kinds=None):
         """The value at a dotted path, or None; a value of the wrong JSON type is a problem."""
@@ -207,8 +208,8 @@ def _join_mode(c):
     token = c.get("azure.bootstrapToken.token", str)
     identity = _has_identity(c)
     if pool and identity:
-        c.mode = "agent-pool"
-        c.set("join_mode", "agent-pool")
+        c.mode = JoinMode.AGENT_POOL
+        c.set("join_mode", str(c.mode))
         c.set("agent_pool", pool)
         for path in ("azure.bootstrapToken.token", "node.kubelet.serverURL", "node.kubelet.clusterFQDN",
                      "node.kubelet.caCertData", "azure.bootstrapToken.serverURL", "azure.bootstrapToken.caCertData"):
@@ -223,8 +224,8 @@ def _join_mode(c):
                       "one of them without azure.targetAgentPoolName (upstream v0.0.10 too allows one auth "
                       "method), or all with targetAgentPoolName for join_mode = agent-pool")
             return
-        c.mode = "bootstrap-token"
-        c.set("join_mode", "bootstrap-token")
+        c.mode = JoinMode.BOOTSTRAP_TOKEN
+        c.set("join_mode", str(c.mode))
         if pool:
             c.warn("azure.targetAgentPoolName", "without servicePrincipal or managedIdentity there is no credential "
                                                 "to register a Machine in the pool: joined with the bootstrap token "
@@ -276,7 +277,7 @@ def _auth(c):
     sp = c.get("azure.servicePrincipal", dict)
     has_mi = isinstance(c.document.get("azure"), dict) and "managedIdentity" in c.document["azure"]
     mi = c.get("azure.managedIdentity", (dict, type(None)))
-    if c.mode == "bootstrap-token":
+    if c.mode is JoinMode.BOOTSTRAP_TOKEN:
         return  # no credential (a pair with one is a problem already)
 
     if sp is not None and has_mi:
@@ -312,7 +313,7 @@ def _auth(c):
         if isinstance(mi, dict):
             c.set("managed_identity_client_id", c.text("azure.managedIdentity.clientId"))
         _warn_arc_disabled(c, "a managed identity")
-    elif c.mode == "arc":
+    elif c.mode is JoinMode.ARC:
         # Upstream's Arc mode: the operator's Azure CLI login makes the Azure calls.
         c.set("auth_method", "azure-cli")
         enabled = c.get("azure.arc.enabled", bool)
@@ -325,7 +326,7 @@ def _auth(c):
 
 
 def _warn_arc_disabled(c, what):
-    if c.mode == "arc" and c.get("azure.arc.enabled", bool) is not True:
+    if c.mode is JoinMode.ARC and c.get("azure.arc.enabled", bool) is not True:
         c.warnings.append(f"azure.arc.enabled: not true: aks-flex-node still registers the machine with "
                           f"Azure Arc; {what} makes the Azure calls, the kubelet uses the Arc identity")
 
@@ -338,7 +339,7 @@ def _arc(c):
         c.warnings.append(f"{path}: {shorten(name)!r} lowercased (Kubernetes node names are lowercase)")
         name = name.lower()
     c.set("machine_name", name)
-    if c.mode != "arc":
+    if c.mode is not JoinMode.ARC:
         c.text("azure.targetCluster.location")  # the cluster's, read by AKS: nothing to keep
         return  # arc.resourceGroup, location, tags: no Arc machine, warned about as unused
     c.set("arc_resource_group", c.text("azure.arc.resourceGroup"))

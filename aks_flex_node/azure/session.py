@@ -1,6 +1,6 @@
 """One Azure session per run: the operator credential and the clients built on it.
 
-The engine's Context makes it on first use (engine/context.py `Context.azure`), so steps
+The join's context makes it on first use (steps/context.py `JoinContext.azure`), so steps
 that never talk to Azure never import the SDK.
 """
 
@@ -19,7 +19,7 @@ class AzureSession:
     @classmethod
     def from_config(cls, cfg, host=None, policy=None):
         """Credential and clients for `cfg`; secret files are read under the host's root.
-        `policy`: the run's HttpPolicy (engine/context.py), else the config's."""
+        `policy`: the run's HttpPolicy (steps/context.py), else the config's."""
         root = str(host.root) if host is not None else None
         policy = policy or HttpPolicy.from_config(cfg)
         settings = dataclasses.replace(auth.AuthSettings.from_config(cfg, root), policy=policy)

@@ -8,7 +8,9 @@ collected and raised at once in one ConfigError.
 
 The modules, each with one concern (callers use this package's names only):
   values      a typed value as one line of text; redaction of secrets and proxy credentials
-  model       Config (the checked configuration), ClusterRef, artifact URLs
+  model       Config (the checked configuration), artifact URLs
+  cluster_ref ClusterRef: the cluster a configuration names
+  joinmode    JoinMode: the join modes and what each implies
   checks      configobj check functions and their patterns, one value at a time
   managed_dir the check of a directory aks-flex-node fills and removes (cache_dir)
   spec        the configspec: sections, keys, their order; the Validator of its types
@@ -59,16 +61,9 @@ from aks_flex_node.config.checks import (
     is_machine_name,
 )
 from aks_flex_node.config.loader import from_values, load, load_upstream_json
+from aks_flex_node.config.cluster_ref import CLUSTER_ID_EXAMPLE, ClusterRef, parse_cluster_id
 from aks_flex_node.config.managed_dir import check_managed_dir
-from aks_flex_node.config.model import (
-    ARCHES,
-    ARTIFACTS,
-    CLUSTER_ID_EXAMPLE,
-    MIRROR_FILENAMES,
-    ClusterRef,
-    Config,
-    parse_cluster_id,
-)
+from aks_flex_node.config.model import ARCHES, ARTIFACTS, MIRROR_FILENAMES, Config
 from aks_flex_node.config.semantic import MANAGED_LABEL
 from aks_flex_node.config.spec import CHECKS, keys, section_of
 from aks_flex_node.config.values import REDACTED, redact_url, serialize

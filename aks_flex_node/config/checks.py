@@ -22,7 +22,7 @@ except ImportError:
     # the Azure SDK.
     from validate import ValidateError, Validator, is_integer
 
-from aks_flex_node.config.model import CLUSTER_ID_EXAMPLE, parse_cluster_id
+from aks_flex_node.config.cluster_ref import CLUSTER_ID_EXAMPLE, parse_cluster_id
 from aks_flex_node.http_policy import is_loopback
 from aks_flex_node.kubeversion import KubeVersion, VersionError
 

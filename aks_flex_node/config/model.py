@@ -1,18 +1,21 @@
-"""The checked configuration (Config) and the cluster it names (ClusterRef).
+"""The checked configuration (Config).
 
 A Config is made by the loader once every check passed; it only derives from its values
 (the cluster, the cloud's endpoints, artifact URLs, the redacted view) and reads no file
 but the client secret's, on demand.
 """
 
-import dataclasses
 import difflib
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from aks_flex_node import clouds
-from aks_flex_node.config.values import shown
+from aks_flex_node.config import spec
+from aks_flex_node.config.checks import ValidateError, api_server_url
+from aks_flex_node.config.cluster_ref import parse_cluster_id
+from aks_flex_node.config.joinmode import JoinMode
+from aks_flex_node.config.named_files import read_bootstrap_token
+from aks_flex_node.config.values import serialize, shown
 from aks_flex_node.errors import ConfigError, ConfigProblem
 from aks_flex_node.paths import Paths
 
@@ -29,41 +32,6 @@ MIRROR_FILENAMES = {
     "runc": "runc-v{version}.{arch}",
     "cni": "cni-plugins-linux-{arch}-v{version}.tgz",
 }
-
-# Cluster names: the AKS spec's resourceName pattern (aks/stable/2026-08-01/managedClusters.json).
-_CLUSTER_NAME = r"[a-zA-Z0-9](?:[-_a-zA-Z0-9]{0,61}[a-zA-Z0-9])?"
-_CLUSTER_ID = re.compile(
-    r"^/subscriptions/(?P<sub>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
-    r"/resourcegroups/(?P<rg>[-\w._()]{1,90})"
-    r"/providers/microsoft\.containerservice/managedclusters/(?P<name>" + _CLUSTER_NAME + r")$",
-    re.I,
-)
-CLUSTER_ID_EXAMPLE = (
-    "/subscriptions/<uuid>/resourceGroups/<group>/providers/"
-    "Microsoft.ContainerService/managedClusters/<name>"
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class ClusterRef:
-    subscription_id: str
-    resource_group: str
-    name: str
-    resource_id: str  # canonical casing
-
-
-def parse_cluster_id(text):
-    """ClusterRef from an AKS resource ID, matched case-insensitively; ValueError if it is not one."""
-    match = _CLUSTER_ID.match(text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not an AKS cluster resource ID like {CLUSTER_ID_EXAMPLE}")
-    sub, rg, name = match.group("sub").lower(), match.group("rg"), match.group("name")
-    resource_id = (
-        f"/subscriptions/{sub}/resourceGroups/{rg}/providers/"
-        f"Microsoft.ContainerService/managedClusters/{name}"
-    )
-    return ClusterRef(sub, rg, name, resource_id)
-
 
 class Config(Mapping):
     """The checked configuration: typed values by key (`cfg.max_pods`, `cfg["max_pods"]`).
@@ -120,6 +88,11 @@ class Config(Mapping):
         return self._cluster
 
     @property
+    def mode(self):
+        """The join mode (config/joinmode.py), read from join_mode."""
+        return JoinMode(self._values["join_mode"])
+
+    @property
     def endpoints(self):
         """CloudEndpoints(name, arm, authority, arm_scope, ca_bundle) of the configured cloud."""
         return self._endpoints
@@ -142,8 +115,6 @@ class Config(Mapping):
     @property
     def api_server_url(self):
         """api_server as https://host:port (port 443 when it names none); "" when unset."""
-        from aks_flex_node.config.checks import api_server_url  # checks imports this module
-
         value = self._values.get("api_server")
         return api_server_url(value) if value else ""
 
@@ -151,8 +122,6 @@ class Config(Mapping):
         """The bootstrap token: the one read from an upstream config.json (held in memory),
         else the content of bootstrap_token_file; None if neither. ConfigError if the file
         cannot be read or holds no token (the error never shows what it holds)."""
-        from aks_flex_node.config.named_files import read_bootstrap_token  # named_files -> checks -> here
-
         if self._held.get("bootstrap_token"):
             return self._held["bootstrap_token"]
         node_path = self._values.get("bootstrap_token_file")
@@ -224,11 +193,6 @@ class Config(Mapping):
         data) in place of its own, each checked as the file's value would be. ConfigError
         naming the key, the origin, the value and what is expected when one fails."""
         import copy
-
-        from aks_flex_node.config.checks import ValidateError
-
-        from aks_flex_node.config import spec
-        from aks_flex_node.config.values import serialize
 
         checker, checked, problems = spec.validator(), {}, []
         for key, value in values.items():

@@ -11,14 +11,15 @@ import socket
 
 from aks_flex_node import clouds, paths
 from aks_flex_node import strictmodes
-from aks_flex_node.config import named_files, spec
+from aks_flex_node.config import joinmode, named_files, spec
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.config.checks import (
     AGENT_POOL_MACHINE_EXPECTED,
     MACHINE_NAME_EXPECTED,
     is_agent_pool_machine_name,
     is_machine_name,
 )
-from aks_flex_node.config.model import parse_cluster_id
+from aks_flex_node.config.cluster_ref import parse_cluster_id
 from aks_flex_node.config.values import serialize
 from aks_flex_node.errors import ConfigProblem
 
@@ -31,17 +32,16 @@ MANAGED_LABEL = "kubernetes.azure.com/managed=false"
 # What each join mode needs and what means nothing in it (docs/configuration.md, "Join
 # modes"). Keys with a non-empty default (himds_endpoint, azcmagent, role_preset...) are
 # not listed as meaningless: the shipped file sets them, whatever the mode.
-JOIN_MODES = ("arc", "agent-pool", "bootstrap-token")
-_FILE_MODE_KEYS = ("bootstrap_token_file", "api_server", "cluster_ca_file")
-_ARC_ONLY_KEYS = ("arc_resource_group", "arc_location", "arc_tags")
+JOIN_MODES = joinmode.NAMES
+_ARC, _POOL, _TOKEN = JoinMode.ARC, JoinMode.AGENT_POOL, JoinMode.BOOTSTRAP_TOKEN
 MODE_KEYS = {  # key -> the join modes it means something in
-    "agent_pool": ("agent-pool",),
-    "bootstrap_token_file": ("agent-pool", "bootstrap-token"),
-    "api_server": ("agent-pool", "bootstrap-token"),
-    "cluster_ca_file": ("agent-pool", "bootstrap-token"),
-    "arc_resource_group": ("arc",),
-    "arc_location": ("arc",),
-    "arc_tags": ("arc",),
+    "agent_pool": (_POOL,),
+    "bootstrap_token_file": joinmode.TLS_BOOTSTRAP,
+    "api_server": joinmode.TLS_BOOTSTRAP,
+    "cluster_ca_file": joinmode.TLS_BOOTSTRAP,
+    "arc_resource_group": (_ARC,),
+    "arc_location": (_ARC,),
+    "arc_tags": (_ARC,),
 }
 # With agent-pool the [auth] credential is the node's own, held for its whole life (it
 # fetches every new bootstrap token): root's Azure CLI login is a person's and expires.
@@ -79,7 +79,7 @@ def check_meaning(values, failed, root, held, problems, written=()):
                 "machine_name", f"{hostname} (this host's name)",
                 f"{MACHINE_NAME_EXPECTED}: the hostname is not one, so set machine_name in [arc]"))
 
-    if ok("machine_name", "join_mode") and values["join_mode"] == "agent-pool" and values["machine_name"] \
+    if ok("machine_name", "join_mode") and JoinMode(values["join_mode"]) is _POOL and values["machine_name"] \
             and not is_agent_pool_machine_name(values["machine_name"]):
         failed.add("machine_name")
         given = values["machine_name"] if machine_name_given else f"{values['machine_name']} (this host's name)"
@@ -141,17 +141,17 @@ def _check_join_mode(values, ok, held, problems):
     refused = set()
     if not ok("join_mode"):
         return refused
-    mode = values["join_mode"]
+    mode = JoinMode(values["join_mode"])
     for key, modes in MODE_KEYS.items():
         if mode not in modes and ok(key) and values.get(key):
             refused.add(key)
             problems.append(ConfigProblem(key, serialize(key, values[key]),
                                           f"no value with join_mode = {mode}: it is used with join_mode = "
-                                          f"{' or '.join(modes)} only"))
-    if mode == "agent-pool" and ok("agent_pool") and not values["agent_pool"]:
+                                          f"{joinmode.spelled(modes)} only"))
+    if mode is _POOL and ok("agent_pool") and not values["agent_pool"]:
         problems.append(ConfigProblem("agent_pool", "", "the name of the cluster's FlexNodes agent pool this node "
                                                         "joins (agent_pool is required with join_mode = agent-pool)"))
-    if mode == "bootstrap-token":
+    if mode is _TOKEN:
         needs = {
             "bootstrap_token_file": (held.get("bootstrap_token"), "a file (owned by root, mode 0600) holding the "
                                      f"bootstrap token {named_files.BOOTSTRAP_TOKEN_FORM}"),
@@ -165,9 +165,9 @@ def _check_join_mode(values, ok, held, problems):
         return refused
     method = values["auth_method"]
     hint = "; sp_client_id is set, so service-principal?" if ok("sp_client_id") and values.get("sp_client_id") else ""
-    if mode == "arc" and not method:
+    if mode is _ARC and not method:
         problems.append(ConfigProblem("auth_method", "", spec.required_expected("auth_method") + hint))
-    elif mode == "agent-pool" and method not in AGENT_POOL_AUTH:
+    elif mode is _POOL and method not in AGENT_POOL_AUTH:
         problems.append(ConfigProblem(
             "auth_method", method,
             f"{' or '.join(AGENT_POOL_AUTH)} with join_mode = agent-pool: the node must keep its own credential, "
@@ -183,7 +183,7 @@ def _check_auth(values, ok, client_secret, problems):
     if not method:
         # Required and reported by _check_join_mode, or not needed (bootstrap-token),
         # where a method's keys still mean nothing without it.
-        if ok("join_mode") and values["join_mode"] == "bootstrap-token":
+        if ok("join_mode") and JoinMode(values["join_mode"]) is _TOKEN:
             for key in ("sp_client_id", "sp_client_secret_file", "sp_certificate_file", "managed_identity_client_id"):
                 if ok(key) and values[key]:
                     problems.append(ConfigProblem(key, values[key], "no value without an auth_method: set "

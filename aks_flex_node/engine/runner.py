@@ -10,8 +10,9 @@ a time in the declared order (the upstream agent's behaviour, kept for compariso
 is applied. A step that is filtered out by --phase/--skip-phase but is needed by a
 selected one still has its read-only `check` run, so the facts it gathers (the machine's
 identity, the cluster's server) are there. A step whose `run_if` says it does not apply (a
-cloud read in a local pass) is not checked. What an action owes (a restart) goes into
-the ledger before the action runs.
+cloud read in a local pass) is not checked. A check only reads: what it found in place
+that is ours (Context.adopt) is written to the ledger by the runner after it. What an action
+owes (a restart) goes into the ledger before the action runs.
 
 `recent_repairs` are the (phase, action) pairs the previous pass of the agent applied. One
 that is needed again right away did not stick (something undoes it, or it has no effect
@@ -197,6 +198,13 @@ class Runner:
                 f"not run: {', '.join(blockers)} failed" if blockers else "not run: the run failed")
         return RunResult([results[s.name] for s in self.steps], started, time.time())
 
+    def _record_adopted(self, step):
+        """What `step`'s check found in place that is ours, into the ledger (a check only
+        reads; a dry run writes nothing)."""
+        for kind, id, extra in self.ctx.take_adopted(step.name):
+            if not (self.dry_run or self.ctx.dry_run):
+                self.ctx.ledger.record(step.name, kind, id, **extra)
+
     def _run_step(self, step, facts_only):
         """(status, changes, message, error, unknown) of one step."""
         unknown = []
@@ -205,6 +213,7 @@ class Runner:
             if not_applicable:
                 return (FACTS if facts_only else UNCHANGED), [], not_applicable, None, []
             plan = step.check(self.ctx)
+            self._record_adopted(step)
             if facts_only:
                 return FACTS, [], "skipped (not selected); its facts were read", None, []
             unknown = [u.to_dict() for u in plan.unknown]

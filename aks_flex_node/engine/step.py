@@ -12,7 +12,11 @@ it; the services phase pays it and clears it. A change nothing reads (a mode, an
 owes nothing.
 
 `run_if` says whether a step applies to this run at all (kubeadm's workflow RunIf): a step
-that only reads Azure does not apply to the agent's local passes.
+that only reads Azure does not apply to the agent's local passes, and a step of one join
+mode (`modes`) does not apply in the others. The mode is the run's, resolved once from the
+configuration (engine/context.py); no step asks which mode it is in. A phase whose work
+differs by mode is one step class per mode under one name (steps/workflow.py picks the
+run's).
 
 What a step cannot observe on this host (a container without /proc/modules) it neither
 changes nor reports changed: `plan.add_unknown(what, reason)` says so, and the phase shows it
@@ -122,9 +126,14 @@ class Step:
     # False for a gate (preflight): when filtered out, the steps after it just go ahead;
     # otherwise its read-only check still runs for the facts the steps after it need.
     gathers_facts = True
+    # The join modes it applies in (None: every one), and what the others are told.
+    modes: Optional[Tuple[object, ...]] = None
+    not_in_mode = "not used in {mode} mode"
 
     def run_if(self, ctx) -> Optional[str]:
         """None when the step applies to this run; else why it does not."""
+        if self.modes is not None and ctx.mode not in self.modes:
+            return self.not_in_mode.format(mode=ctx.mode)
         if self.full_pass_only and ctx.local_only:
             return LOCAL_PASS
         return None

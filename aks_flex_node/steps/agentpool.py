@@ -22,63 +22,16 @@ the host changes. The token is kept in memory and in the 0600 bootstrap kubeconf
 never in the ledger.
 """
 
-import datetime
-
-from aks_flex_node.engine.step import IDENTITY, Plan, Step
+from aks_flex_node.config.joinmode import TLS_BOOTSTRAP, JoinMode
+from aks_flex_node.engine.step import CREDENTIALS, IDENTITY, Plan, Step
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.steps.kubelet_auth import bootstrap_token_of, token_needed
 
-ARC = "arc"
-AGENT_POOL = "agent-pool"
-BOOTSTRAP_TOKEN = "bootstrap-token"
 ORIGIN_POOL = "listBootstrapData"
-KUBELET_CLIENT_CERT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
-# The kubelet renews its certificate at 70-90 % of its life (client-go's certificate
-# manager, k8s.io/client-go/util/certificate/certificate_manager.go nextRotationDeadline);
-# one that has under this many seconds left when we look will not make it.
-CERT_MARGIN = 300
-
-
-def mode(cfg):
-    return cfg.join_mode
-
-
-def arc_only(ctx):
-    """run_if of the Arc mode's own steps (arc, roles, rbac-propagation): why they do not
-    apply in the other modes, or None."""
-    if mode(ctx.config) != ARC:
-        return f"not used in {mode(ctx.config)} mode (the kubelet joins by TLS bootstrap)"
-    return None
-
-
-def tls_bootstrap(cfg):
-    """True in the modes where the kubelet joins by TLS bootstrap, not with an exec plugin."""
-    return mode(cfg) != ARC
-
-
-def client_cert_expiry(host):
-    """When the kubelet's client certificate expires (an aware datetime), or None when
-    there is none we can read."""
-    raw = host.read_bytes(KUBELET_CLIENT_CERT)
-    if not raw:
-        return None
-    from cryptography import x509
-
-    try:
-        cert = x509.load_pem_x509_certificate(raw)
-    except ValueError:
-        return None
-    expiry = getattr(cert, "not_valid_after_utc", None)  # cryptography >= 42
-    if expiry is None:
-        expiry = cert.not_valid_after.replace(tzinfo=datetime.timezone.utc)
-    return expiry
-
-
-def token_needed(host):
-    """Whether the kubelet needs a bootstrap token: it has no client certificate that
-    will last until it renews it itself."""
-    expiry = client_cert_expiry(host)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return expiry is None or (expiry - now).total_seconds() < CERT_MARGIN
+CLUSTER_HELP = ("read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's "
+                "permissions; in agent-pool mode, the pool's bootstrap data")
+CREDENTIALS_HELP = ("read the cluster's API server URL and CA (no admin credential is fetched or kept); "
+                    "in the TLS bootstrap modes, check the API server answers with that CA")
 
 
 def merge_pairs(pool_items, operator_items, sep):
@@ -109,7 +62,7 @@ def recorded_overlay(cfg, host):
     mode; `config show`), or `cfg` itself when there are none."""
     from aks_flex_node.engine.ledger import Ledger
 
-    if mode(cfg) != AGENT_POOL:
+    if cfg.mode is not JoinMode.AGENT_POOL:
         return cfg
     try:
         values = (Ledger(host).joined.get("facts") or {}).get("pool_values")
@@ -120,29 +73,40 @@ def recorded_overlay(cfg, host):
     return cfg.overlaid(overlay(cfg, values), f"{ORIGIN_POOL} (agent pool {cfg.agent_pool}, last full run)")
 
 
-def read_join_facts(ctx):
-    """The cluster phase in agent-pool and bootstrap-token modes: the token, the API server
-    and its CA, and the effective configuration (ctx.config gains the pool's values). Every
-    host change waits for this phase (steps/workflow.py), so a token the API server refuses
-    fails here, with the host untouched."""
-    cfg, data = ctx.base_config, ctx.data
-    if mode(cfg) == AGENT_POOL:
-        said = _pool_facts(ctx)
-    else:
-        data.pool_values = {}
-        _configured_server(cfg, data)
-        said = "the configuration (bootstrap-token mode)"
-    token = cfg.bootstrap_token()
-    if token:
-        data.bootstrap_token = token
-        if token_needed(ctx.host):
-            _require_accepted(ctx, token)
-    ctx.config = cfg.overlaid(overlay(cfg, data.pool_values), ORIGIN_POOL)
-    data.kubernetes_version = ctx.config.kubernetes_version
-    if not data.kubernetes_version:
-        raise FlexNodeError("kubernetes_version: no version: the pool gave none and the configuration sets none",
-                            remedy="set kubernetes_version in [versions]")
-    return Plan(noop_reason=f"{said}: Kubernetes {data.kubernetes_version}, API server {data.server}")
+class JoinFactsStep(Step):
+    """The cluster phase in the TLS bootstrap modes: the token, the API server and its CA,
+    and the configuration's overlay (the pool's values). Every host change waits for this
+    phase (steps/workflow.py), so a token the API server refuses fails here, with the host
+    untouched. A local pass runs it too: the pool's values, as the last full run recorded
+    them, are laid under the configuration."""
+
+    name = "cluster"
+    help = CLUSTER_HELP
+    branch = CREDENTIALS
+    needs = ("preflight",)
+    modes = TLS_BOOTSTRAP
+
+    def check(self, ctx):
+        cfg, data = ctx.operator_config, ctx.data
+        if ctx.mode is JoinMode.AGENT_POOL:
+            said = _pool_facts(ctx)
+        else:
+            data.pool_values = {}
+            _configured_server(cfg, data)
+            said = "the configuration (bootstrap-token mode)"
+        token = cfg.bootstrap_token()
+        if token:
+            data.bootstrap_token = token
+            if token_needed(ctx.host):
+                _require_accepted(ctx, token)
+        values = overlay(cfg, data.pool_values)
+        effective = cfg.overlaid(values, ORIGIN_POOL)  # a pool value we cannot use fails here, naming it
+        data.config_overlay = (values, ORIGIN_POOL)
+        data.kubernetes_version = effective.kubernetes_version
+        if not data.kubernetes_version:
+            raise FlexNodeError("kubernetes_version: no version: the pool gave none and the configuration sets none",
+                                remedy="set kubernetes_version in [versions]")
+        return Plan(noop_reason=f"{said}: Kubernetes {data.kubernetes_version}, API server {data.server}")
 
 
 def _pool_facts(ctx):
@@ -151,7 +115,7 @@ def _pool_facts(ctx):
     given no longer works; else as the last full run recorded it. Returns where it came from."""
     from aks_flex_node.azure import agentpool
 
-    cfg, data = ctx.base_config, ctx.data
+    cfg, data = ctx.operator_config, ctx.data
     fetch = not ctx.local_only and (data.pool_values is None or ctx.options.get("refresh_pool", True))
     if not fetch:
         if data.pool_values is None:
@@ -200,8 +164,6 @@ def _reusable_token(ctx):
     """The token of the bootstrap kubeconfig we wrote, while the API server still accepts
     it (a kubelet that lost its certificate bootstraps again with it: no new token is
     minted), else None."""
-    from aks_flex_node.steps.kubelet import bootstrap_token_of
-
     token = bootstrap_token_of(ctx.host)
     return token if token and token_accepted(ctx, token) else None
 
@@ -213,7 +175,7 @@ def _require_accepted(ctx, token):
 
     if token_accepted(ctx, token):
         return
-    cfg = ctx.base_config
+    cfg = ctx.operator_config
     where = (f"bootstrap_token_file = {cfg.bootstrap_token_file!r}" if cfg.bootstrap_token_file
              else "the bootstrap token of the imported config.json (azure.bootstrapToken)")
     raise AuthError(
@@ -224,13 +186,22 @@ def _require_accepted(ctx, token):
         "aks-flex-node bootstrap again")
 
 
-def check_api_server(ctx):
-    """The credentials phase in these modes: the API server answers /readyz over TLS
-    verified with the CA we were given (the upstream agent's preflight_api_server.go)."""
-    from aks_flex_node import kube
+class ApiServerStep(Step):
+    """The credentials phase in the TLS bootstrap modes: the API server answers /readyz over
+    TLS verified with the CA we were given (the upstream agent's preflight_api_server.go)."""
 
-    kube.readyz(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy)
-    return Plan(noop_reason=f"API server {ctx.data.server} is ready (verified with the cluster CA)")
+    name = "credentials"
+    help = CREDENTIALS_HELP
+    branch = CREDENTIALS
+    needs = ("cluster",)
+    full_pass_only = True
+    modes = TLS_BOOTSTRAP
+
+    def check(self, ctx):
+        from aks_flex_node import kube
+
+        kube.readyz(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy)
+        return Plan(noop_reason=f"API server {ctx.data.server} is ready (verified with the cluster CA)")
 
 
 class MachineStep(Step):
@@ -244,11 +215,8 @@ class MachineStep(Step):
     needs = ("cluster",)
     cloud = True
     full_pass_only = True
-
-    def run_if(self, ctx):
-        if mode(ctx.config) != AGENT_POOL:
-            return f"no agent pool in {mode(ctx.config)} mode"
-        return super().run_if(ctx)
+    modes = (JoinMode.AGENT_POOL,)
+    not_in_mode = "no agent pool in {mode} mode"
 
     def check(self, ctx):
         from aks_flex_node.azure import agentpool
@@ -292,7 +260,7 @@ class MachineStep(Step):
         """deleteMachines when this identity may call it; the Flex Node Agent Role does not
         grant it, so usually the operator must: say exactly what to run."""
         from aks_flex_node.azure import agentpool, permissions
-        from aks_flex_node.config.model import parse_cluster_id
+        from aks_flex_node.config.cluster_ref import parse_cluster_id
         from aks_flex_node.engine.undo import Leftover
 
         ref = parse_cluster_id(entry["cluster"])

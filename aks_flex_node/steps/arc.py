@@ -6,6 +6,7 @@ connects; what we set is in the ledger (`azcmagent_config`, with the value it re
 so removing the proxy from our config, or unbootstrap, puts the agent's setting back.
 """
 
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.http_policy import ProxySettingError, redact
@@ -97,17 +98,19 @@ def machine_id(cfg):
             f"/providers/Microsoft.HybridCompute/machines/{cfg.machine_name}")
 
 
-class ArcStep(Step):
+class ArcModeOnly:
+    """A step of Arc mode alone (the arc, roles and rbac-propagation phases)."""
+
+    modes = (JoinMode.ARC,)
+    not_in_mode = "not used in {mode} mode (the kubelet joins by TLS bootstrap)"
+
+
+class ArcStep(ArcModeOnly, Step):
     name = "arc"
     help = "connect this machine to Azure Arc (azcmagent) and wait for its managed identity"
     branch = IDENTITY
     needs = ("cluster",)
     cloud = True
-
-    def run_if(self, ctx):
-        from aks_flex_node.steps.agentpool import arc_only
-
-        return arc_only(ctx) or super().run_if(ctx)
 
     def check(self, ctx):
         from aks_flex_node.azure import arc

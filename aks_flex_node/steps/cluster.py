@@ -1,33 +1,23 @@
-"""Facts about the target cluster: where it is, which Kubernetes it runs, its API server."""
+"""Facts about the target cluster in Arc mode: where it is, which Kubernetes it runs, its API
+server (the TLS bootstrap modes' cluster and credentials phases: steps/agentpool.py)."""
 
 import concurrent.futures
 
 from aks_flex_node.engine.step import CREDENTIALS, Plan, Step
 from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.steps.agentpool import CLUSTER_HELP, CREDENTIALS_HELP
+from aks_flex_node.steps.arc import ArcModeOnly
 
 
-class ClusterStep(Step):
+class ClusterStep(ArcModeOnly, Step):
     name = "cluster"
-    help = ("read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's "
-            "permissions; in agent-pool mode, the pool's bootstrap data")
+    help = CLUSTER_HELP
     branch = CREDENTIALS
     needs = ("preflight",)
     full_pass_only = True
 
-    def run_if(self, ctx):
-        from aks_flex_node.steps.agentpool import tls_bootstrap
-
-        if tls_bootstrap(ctx.base_config):
-            return None  # a local pass, too, needs the pool's values laid over the config
-        return super().run_if(ctx)
-
     def check(self, ctx):
-        from aks_flex_node.azure import aks, permissions
-        from aks_flex_node.steps import agentpool
-
-        if agentpool.tls_bootstrap(ctx.base_config):
-            return agentpool.read_join_facts(ctx)
-        from aks_flex_node.azure import auth
+        from aks_flex_node.azure import aks, auth, permissions
 
         cfg = ctx.config
         clients = ctx.azure.clients
@@ -57,20 +47,16 @@ class ClusterStep(Step):
                                 f"Kubernetes {version}")
 
 
-class CredentialsStep(Step):
+class CredentialsStep(ArcModeOnly, Step):
     name = "credentials"
-    help = ("read the cluster's API server URL and CA (no admin credential is fetched or kept); "
-            "in the TLS bootstrap modes, check the API server answers with that CA")
+    help = CREDENTIALS_HELP
     branch = CREDENTIALS
     needs = ("cluster",)
     full_pass_only = True
 
     def check(self, ctx):
         from aks_flex_node.azure import aks
-        from aks_flex_node.steps import agentpool
 
-        if agentpool.tls_bootstrap(ctx.config):
-            return agentpool.check_api_server(ctx)
         server, ca_pem = aks.server_and_ca(ctx.azure.clients, ctx.config.cluster)
         ctx.data.server, ctx.data.ca_pem = server, ca_pem
         return Plan(noop_reason=f"API server {server}")

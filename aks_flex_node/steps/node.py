@@ -1,44 +1,23 @@
 """The node's own view of the cluster: its identity authorized, then its Node Ready.
 
-Both checks use the kubelet's credential path (a HIMDS token for the Arc identity), never an
-admin credential: what we check is exactly what the kubelet will be able to do.
+Both checks use the kubelet's credential path (steps/kubelet_auth.py: a HIMDS token for the
+Arc identity, the kubelet's own certificate in the TLS bootstrap modes), never an admin
+credential: what we check is exactly what the kubelet will be able to do.
 """
-
-import time
 
 from aks_flex_node import kube
 from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step
 from aks_flex_node.errors import TemporaryError
-from aks_flex_node.steps.kubelet import api_server_of
+from aks_flex_node.steps import kubelet_auth
+from aks_flex_node.steps.arc import ArcModeOnly
 
 # Learn, "Troubleshoot Azure RBAC": role assignment changes can take up to 10 minutes.
 RBAC_PROPAGATION_TIMEOUT = 600
 
 
-def node_token(ctx):
-    """The node identity's token for the API server, fetched from HIMDS once per run and
-    reused while it has five minutes left (each fetch is a challenge round trip)."""
-    from aks_flex_node.azure import himds
-
-    cached = ctx.data.node_token
-    if cached is None or cached.expires_on - time.time() < 300:
-        cfg = ctx.config
-        cached = himds.get_token(cfg.himds_endpoint, himds.AKS_RESOURCE, cfg.himds_key_dir,
-                                 root=str(ctx.host.root))
-        ctx.data.node_token = cached
-    return cached.access_token
-
-
-def kube_client(ctx, tls=None):
-    """A client as the node: in Arc mode with the Arc identity's token, in the TLS bootstrap
-    modes with the kubelet's client certificate (TemporaryError until it has one)."""
-    from aks_flex_node.steps.agentpool import KUBELET_CLIENT_CERT, tls_bootstrap
-
-    if tls if tls is not None else tls_bootstrap(ctx.config):
-        return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy,
-                               client_cert=str(ctx.host.path(KUBELET_CLIENT_CERT)))
-    return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, lambda: node_token(ctx),
-                           policy=ctx.http_policy)
+def kube_client(ctx):
+    """A client as the node, as its join mode's kubelet authenticates (steps/kubelet_auth.py)."""
+    return kubelet_auth.for_mode(ctx.mode).client(ctx)
 
 
 def identity_authorized(client, node_name):
@@ -50,17 +29,12 @@ def identity_authorized(client, node_name):
         return False
 
 
-class PropagationStep(Step):
+class PropagationStep(ArcModeOnly, Step):
     name = "rbac-propagation"
     help = "wait until the API server accepts the Arc identity (checked, not slept)"
     branch = IDENTITY
     needs = ("roles", "credentials")
     full_pass_only = True
-
-    def run_if(self, ctx):
-        from aks_flex_node.steps.agentpool import arc_only
-
-        return arc_only(ctx) or super().run_if(ctx)
 
     def check(self, ctx):
         plan = Plan()
@@ -99,16 +73,14 @@ class NodeReadyStep(Step):
     cloud = True  # its undo deletes the Node object from the cluster
 
     def check(self, ctx):
-        from aks_flex_node.steps.agentpool import client_cert_expiry, tls_bootstrap
-
         plan = Plan()
         name = ctx.config.machine_name
-        tls = tls_bootstrap(ctx.config)
+        auth = kubelet_auth.for_mode(ctx.mode)
         # Without an identity (a dry run on a new node) there is nobody to ask as.
-        if ctx.data.server and (client_cert_expiry(ctx.host) if tls else ctx.data.principal_id):
-            node = kube_client(ctx).get_node(name)
+        if ctx.data.server and auth.has_identity(ctx):
+            node = auth.client(ctx).get_node(name)
             if node is not None:
-                ctx.adopt(self.name, "node", name, **_credential(tls))
+                ctx.adopt(self.name, "node", name, **auth.record)
                 if kube.is_ready(node):
                     plan.noop_reason = f"node {name} is Ready"
                     return plan
@@ -117,12 +89,10 @@ class NodeReadyStep(Step):
         return plan
 
     def _wait(self, ctx):
-        from aks_flex_node.steps.agentpool import tls_bootstrap
-
         name, timeout = ctx.config.machine_name, ctx.config.node_ready_timeout
-        tls = tls_bootstrap(ctx.config)
-        _wait_ready(ctx, name, timeout, tls)
-        ctx.ledger.record(self.name, "node", name, **_credential(tls))
+        auth = kubelet_auth.for_mode(ctx.mode)
+        _wait_ready(ctx, name, timeout, auth)
+        ctx.ledger.record(self.name, "node", name, **auth.record)
 
     def plan_undo(self, ctx, entries):
         plan = Plan()
@@ -146,9 +116,9 @@ class NodeReadyStep(Step):
         cluster, and the report says so and what an admin runs."""
         from aks_flex_node.engine.undo import Leftover
 
-        name, tls = entry["id"], entry.get("credential") == KUBELET_CERT_CREDENTIAL
-        ctx.data.server, ctx.data.ca_pem = api_server_of(ctx.host, tls=tls)
-        client = kube_client(ctx, tls=tls)
+        name, auth = entry["id"], kubelet_auth.for_record(entry)
+        ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(ctx.host, auth)
+        client = auth.client(ctx)
         if ctx.options.get("drain_timeout") is not None:
             from aks_flex_node import drain
 
@@ -161,7 +131,7 @@ class NodeReadyStep(Step):
         try:
             client.delete_node(name)
         except kube.Forbidden:
-            if not tls:
+            if auth is not kubelet_auth.TLS_BOOTSTRAP:
                 raise
             ctx.ledger.forget("node", name)  # nothing more this node can do
             return [Leftover(
@@ -173,19 +143,7 @@ class NodeReadyStep(Step):
         return []
 
 
-# How undo must ask to delete the Node: the ledger entry says, whatever the config says then.
-KUBELET_CERT_CREDENTIAL = "kubelet-client-certificate"
-
-
-def _credential(tls):
-    return {"credential": KUBELET_CERT_CREDENTIAL} if tls else {}
-
-
-def _wait_ready(ctx, name, timeout, tls):
-    """Wait for the Node to be Ready. Asking as the kubelet (TLS bootstrap), a client is
-    made per attempt, since the certificate appears (TLS bootstrap) and changes (rotation)
-    meanwhile; asking as the node's identity, one client serves every attempt."""
-    shared = None if tls else kube_client(ctx)
-    where = " (TLS bootstrap: its CSR, its certificate)" if tls else " on this machine"
-    return kube.wait_node_ready(lambda: shared or kube_client(ctx, tls=True), name, timeout,
-                                remedy=f"check `journalctl -u kubelet`{where} and `aks-flex-node status`")
+def _wait_ready(ctx, name, timeout, auth):
+    """Wait for the Node to be Ready, asking as `auth` says the node does."""
+    return kube.wait_node_ready(auth.ready_client(ctx), name, timeout,
+                                remedy=f"check `journalctl -u kubelet`{auth.where} and `aks-flex-node status`")

@@ -3,6 +3,7 @@
 import collections
 
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
+from aks_flex_node.steps.arc import ArcModeOnly
 
 Wanted = collections.namedtuple("Wanted", "role_name role_guid scope")
 
@@ -14,18 +15,13 @@ def wanted_roles(cfg):
     return [Wanted(r.name, r.guid, cfg.cluster.resource_id) for r in roles.preset(cfg.role_preset)]
 
 
-class RolesStep(Step):
+class RolesStep(ArcModeOnly, Step):
     name = "roles"
     help = "assign the role preset's roles to the Arc identity (idempotent names)"
     branch = IDENTITY
     needs = ("arc",)
     cloud = True
     full_pass_only = True
-
-    def run_if(self, ctx):
-        from aks_flex_node.steps.agentpool import arc_only
-
-        return arc_only(ctx) or super().run_if(ctx)
 
     def check(self, ctx):
         from aks_flex_node.azure import rbac

@@ -8,16 +8,18 @@ then for the cluster read: that one call proves the operator's credential and pe
 before anything on the host changes, so a wrong secret or a missing role fails (exit 4)
 with the host untouched.
 
-One workflow serves every join mode: a step that does not apply to the configured mode says
-why in its run_if (arc, roles and rbac-propagation are Arc mode's; machine is agent-pool
-mode's), and the cluster and credentials phases read what their mode provides
-(steps/agentpool.py).
+One workflow serves every join mode, whose mode is resolved once, before the run
+(engine/context.py). A step of one mode says why it does not apply in the others (its
+`modes`: arc, roles and rbac-propagation are Arc mode's; machine is agent-pool mode's), and
+a phase whose work differs by mode has a step class per mode under one name (cluster and
+credentials: steps/cluster.py in Arc mode, steps/agentpool.py in the TLS bootstrap modes):
+`bootstrap_steps(mode)` takes the mode's.
 
 Unbootstrap undoes the same steps in reverse order, then removes the directories that only
 became empty once every phase was undone.
 """
 
-from aks_flex_node.steps.agentpool import MachineStep
+from aks_flex_node.steps.agentpool import ApiServerStep, JoinFactsStep, MachineStep
 from aks_flex_node.steps.arc import ArcStep
 from aks_flex_node.steps.cluster import ClusterStep, CredentialsStep
 from aks_flex_node.steps.kubelet import KubeletStep
@@ -31,18 +33,29 @@ from aks_flex_node.steps.services import ServicesStep
 from aks_flex_node.steps.system import SystemStep
 from aks_flex_node.steps.tracked import LeftoverDirsStep
 
-STEP_CLASSES = (
-    PreflightStep, ClusterStep, ArcStep, RolesStep, MachineStep, SystemStep, RuncStep, ContainerdBinariesStep,
-    ContainerdConfigStep, KubernetesBinariesStep, CniPluginsStep, CniConfigStep, CredentialsStep,
-    KubeletStep, PropagationStep, ServicesStep, KubeletUpgradeStep, NodeReadyStep,
+# A phase: one step class, or a tuple of its classes, one per join mode.
+PHASES = (
+    PreflightStep, (ClusterStep, JoinFactsStep), ArcStep, RolesStep, MachineStep, SystemStep, RuncStep,
+    ContainerdBinariesStep, ContainerdConfigStep, KubernetesBinariesStep, CniPluginsStep, CniConfigStep,
+    (CredentialsStep, ApiServerStep), KubeletStep, PropagationStep, ServicesStep, KubeletUpgradeStep,
+    NodeReadyStep,
 )
-PHASE_NAMES = tuple(cls.name for cls in STEP_CLASSES)
-PHASE_HELP = tuple((cls.name, cls.help) for cls in STEP_CLASSES)
+STEP_CLASSES = tuple(cls for phase in PHASES for cls in (phase if isinstance(phase, tuple) else (phase,)))
+PHASE_NAMES = tuple((phase[0] if isinstance(phase, tuple) else phase).name for phase in PHASES)
+PHASE_HELP = tuple((cls.name, cls.help) for cls in (p[0] if isinstance(p, tuple) else p for p in PHASES))
 
 
-def bootstrap_steps():
-    return [cls() for cls in STEP_CLASSES]
+def _class_for(phase, mode):
+    """The phase's step class for join mode `mode`."""
+    if not isinstance(phase, tuple):
+        return phase
+    [cls] = [cls for cls in phase if mode in cls.modes]
+    return cls
 
 
-def unbootstrap_steps():
-    return [cls() for cls in reversed(STEP_CLASSES)] + [LeftoverDirsStep()]
+def bootstrap_steps(mode):
+    return [_class_for(phase, mode)() for phase in PHASES]
+
+
+def unbootstrap_steps(mode):
+    return [_class_for(phase, mode)() for phase in reversed(PHASES)] + [LeftoverDirsStep()]

@@ -12,9 +12,12 @@ this host that relays to Debian's mirrors and nothing else (tests/e2e/archive_pr
 What must hold after the reboot:
 - the node is the same to Azure: the same Arc machine (id, vmId), the same Node (uid),
   Ready, and nothing written to ARM since the upgrade began;
-- the agent runs on trixie's Python (3.13), and nothing of ours is left compiled for 3.11
-  (dh-python's rtupdate hook recompiles a package's modules when the default Python
-  changes: no cpython-311 .pyc under any directory the package ships);
+- the agent runs on trixie's Python (3.13), our modules are compiled for it (python3.13's
+  rtinstall hook, /usr/share/python3/runtime.d/public_modules.rtinstall, runs py3compile
+  over dist-packages), and once the obsolete packages are removed as the release notes
+  then have it ("Obsolete packages": `apt autoremove`), nothing of ours is left compiled for
+  3.11: python3.11 is removed with them and its rtremove hook runs py3clean for 3.11. Until
+  then the 3.11 bytecode stays, as every Python package's does, since 3.11 can still run it;
 - the kubelet was restarted by nothing of ours: nothing it reads changed, so the agent's
   pass after the boot restarted nothing, and `aks-flex-node status` says so (the services
   phase unchanged, "no restart owed"); systemd started it once, at boot.
@@ -147,9 +150,8 @@ def test_a_node_joined_on_12_stays_joined_through_the_upgrade_to_13(boot_node, r
     assert now[n.MACHINE_NAME]["metadata"]["uid"] == registered["metadata"]["uid"]
     assert n.arm_writes(emu)[writes:] == []
 
-    # trixie's Python runs the agent; nothing of ours compiled for 3.11 is left.
+    # trixie's Python runs the agent, on our modules compiled for it.
     assert agent_python(node) == "/usr/bin/python3.13"
-    assert our_pyc(node, "311") == []
     assert our_pyc(node, "313"), "our modules were not compiled for 3.13"
     for unit in ("aks-flex-node-agent", "himdsd", "containerd", "kubelet"):
         assert node.c.is_active(unit) == "active", node.journal(unit)
@@ -168,3 +170,14 @@ def test_a_node_joined_on_12_stays_joined_through_the_upgrade_to_13(boot_node, r
     assert "state: succeeded" in shown
     assert re.search(r"^\s+services\s+unchanged\s.*no restart owed", shown, re.M), shown
     assert n.is_ready(n.cluster_nodes(emu)[n.MACHINE_NAME])
+
+    # ---- the obsolete packages removed, as the release notes then have it ----------------------
+    autoremove = node.apt_get("autoremove", "--purge", check=False, timeout=600)
+    assert autoremove.returncode == 0, autoremove.stdout[-4000:] + autoremove.stderr[-4000:]
+    kept = node.c.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev}", "python3.11"], check=False).stdout
+    assert not kept.startswith("ii"), f"python3.11 is still installed ({kept!r}):\n{autoremove.stdout[-3000:]}"
+    assert our_pyc(node, "311") == []
+    assert our_pyc(node, "313")
+    assert node.dpkg_status() == version
+    assert node.c.is_active("aks-flex-node-agent") == "active", node.journal("aks-flex-node-agent")
+    assert "state: succeeded" in node.c.run(["aks-flex-node", "status"]).stdout

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from aks_flex_node.azure import agentpool, permissions
-from aks_flex_node.config.model import parse_cluster_id
+from aks_flex_node.config.cluster_ref import parse_cluster_id
 from aks_flex_node.errors import AuthError, FlexNodeError
 from tests.emulator import constants as C
 from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)

@@ -261,6 +261,38 @@ def test_a_dry_run_keeps_obligations_in_memory_only(tmp_path):
     assert not (tmp_path / "var/lib/aks-flex-node/ledger.json").exists()
 
 
+def test_a_check_only_reads_what_it_finds_ours_the_runner_records(tmp_path):
+    """A check that finds something of ours the ledger lost (Context.adopt) writes nothing
+    itself: the runner records it after the check, and a dry run never does."""
+    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.host import Host
+
+    host = Host(tmp_path)
+    seen_during_check = []
+
+    class Finds(Step):
+        name = "finds"
+
+        def check(self, ctx):
+            ctx.adopt(self.name, "unit", "kubelet", note="enabled earlier")
+            seen_during_check.append(Ledger(host).entries())
+            return Plan(noop_reason="in place")
+
+    # Called on its own (status, a facts read): nothing reaches the ledger.
+    alone = Context(None, host, Ledger(host))
+    Finds().check(alone)
+    assert Ledger(host).entries() == []
+    # A dry run: checked, recorded nowhere.
+    dry = Context(None, host, Ledger(host), options={"dry_run": True})
+    assert rn.Runner([Finds()], dry, dry_run=True).run().ok
+    assert Ledger(host).entries() == [] and dry.take_adopted("finds") == []
+    # A run: the runner records it once the check is done.
+    assert rn.Runner([Finds()], Context(None, host, Ledger(host))).run().ok
+    assert seen_during_check == [[], [], []]
+    [entry] = Ledger(host).entries()
+    assert (entry["step"], entry["kind"], entry["id"], entry["note"]) == ("finds", "unit", "kubelet", "enabled earlier")
+
+
 def test_a_step_that_does_not_apply_is_not_checked(rec):
     class CloudRead(Step):
         name = "cloud-read"

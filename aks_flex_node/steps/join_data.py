@@ -9,7 +9,7 @@ request-limits-and-throttling).
 
 import base64
 import dataclasses
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 
 @dataclasses.dataclass
@@ -26,6 +26,10 @@ class JoinData:
     azcmagent_shown: Optional[dict] = None
     # owner: cluster, in agent-pool mode: the config keys the pool's bootstrap data gives
     pool_values: Optional[dict] = None
+    # owner: cluster: (values, origin): the config keys taken from pool_values (those the
+    # operator left unset; labels and taints merged), checked as the file's would be;
+    # Context.config lays them under the operator's configuration
+    config_overlay: Optional[Tuple[dict, str]] = None
     # owner: cluster, in the TLS bootstrap modes: a secret, never persisted (the ledger
     # keeps no token: a later run that needs one asks the pool for a new one)
     bootstrap_token: Optional[str] = dataclasses.field(default=None, repr=False)
