@@ -10,7 +10,7 @@ import time
 
 from aks_flex_node import paths
 from aks_flex_node.engine import status as st
-from aks_flex_node.steps.context import JoinContext
+from aks_flex_node.steps.context import JoinContext, JoinOptions
 from aks_flex_node.steps.join_data import JoinData
 from aks_flex_node.engine.ledger import Ledger
 from aks_flex_node.engine.lock import RunLock
@@ -59,10 +59,10 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     with RunLock(host, "bootstrap", wait=lock_wait):
         ledger = Ledger(host)
         cached = ledger.joined.get("facts") if local_only or not refresh_pool else None
-        ctx = JoinContext(cfg, host, ledger, data=JoinData.restore(cached), options={
-            "ignore_preflight_errors": set(ignore_preflight_errors),
-            "local_only": bool(cached) and local_only, "dry_run": dry_run,
-            "refresh_pool": refresh_pool, "agent": agent, "upgrade": upgrade})
+        ctx = JoinContext(cfg, host, ledger, data=JoinData.restore(cached), options=JoinOptions(
+            ignore_preflight_errors=frozenset(ignore_preflight_errors),
+            local_only=bool(cached) and local_only, dry_run=dry_run,
+            refresh_pool=refresh_pool, agent=agent, upgrade=upgrade))
         if ctx.local_only:
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)
@@ -116,9 +116,8 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
     started = time.time()
     with RunLock(host, "unbootstrap", wait=lock_wait):
         ledger = Ledger(host)
-        ctx = JoinContext(cfg, host, ledger, options={
-            "dry_run": dry_run,
-            "drain_timeout": (drain_timeout or node_drain.UNBOOTSTRAP_TIMEOUT) if drain else None})
+        ctx = JoinContext(cfg, host, ledger, options=JoinOptions(
+            dry_run=dry_run, drain_timeout=(drain_timeout or node_drain.UNBOOTSTRAP_TIMEOUT) if drain else None))
         status_file = st.StatusFile(host)
         if not dry_run:
             _mark_running(status_file, dict(_identity(cfg), operation="unbootstrap"))

@@ -1,12 +1,17 @@
 """A loopback HTTP(S) artifact server: bodies by path, each route able to fail a few times
-first, answer slowly, redirect, cut the body short or hold it halfway, and answer Range
-requests guarded by its ETag; every request recorded. Shared by the downloader's tests
-(tests/unit/test_host_download.py) and the runner's (test_runner.py)."""
+first, answer slowly, redirect, cut the body short or hold it halfway, wait until others are
+in flight with it, and answer Range requests guarded by its ETag; every request recorded.
+Shared by the downloader's tests (tests/unit/test_host_download.py) and the runner's
+(test_runner.py)."""
 
 import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# How long a `together` request waits for the rest of its party: a ceiling for a broken run
+# (requests that never overlap), never a measure.
+TOGETHER_TIMEOUT = 120
 
 
 class ArtifactServer:
@@ -22,6 +27,7 @@ class ArtifactServer:
         self.lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.apart = []  # paths whose `together` barrier broke (serve)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,6 +51,13 @@ class ArtifactServer:
                     if route is None:
                         return self._send(404, b"not found")
                     time.sleep(route["delay"])
+                    if route["together"] is not None:
+                        try:  # answered only once its party is in flight at once
+                            route["together"].wait(TOGETHER_TIMEOUT)
+                        except threading.BrokenBarrierError:
+                            with server.lock:
+                                server.apart.append(path)
+                            return self._send(500, b"the requests it waited for never came together")
                     # Out of flight before the answer is written: a client that has read it
                     # may start its next request at once, which must not find this one still
                     # counted (seen under load: four in flight with three slots).
@@ -100,12 +113,16 @@ class ArtifactServer:
         self.thread.start()
 
     def serve(self, path, body=b"", status=200, before=(), delay=0.0, redirect=None, etag=None,
-              ranges=False, hold=None):
+              ranges=False, hold=None, together=None):
         """`before`: what the first requests get (an HTTP status, or "truncate"); `hold`: an
-        Event the whole body's answer waits for after its first half."""
+        Event the whole body's answer waits for after its first half; `together`: a
+        threading.Barrier (routes may share one) the request waits at before its answer, so
+        that it is answered only once the barrier's parties are all in flight at once. When
+        they never are (TOGETHER_TIMEOUT s, a ceiling for a broken run), it answers 500 and
+        its path goes to `apart`."""
         self.routes[path] = {"body": body, "status": status, "before": list(before),
                              "delay": delay, "redirect": redirect, "etag": etag, "ranges": ranges,
-                             "hold": hold}
+                             "hold": hold, "together": together}
         return self.origin + path
 
     def count(self, path):

@@ -2,8 +2,18 @@
 ledger, the run's options and mode, and what the checks found (steps/context.py adds what
 a join needs: its data, the HTTP policy, the downloads and Azure)."""
 
+import dataclasses
 import logging
 import threading
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """What the caller asked of a run, whatever it runs (steps/context.py's JoinOptions adds
+    a join's)."""
+
+    dry_run: bool = False  # check only: nothing is applied, nothing written
+    local_only: bool = False  # a local pass: cloud steps trust the last full run's facts
 
 
 class Context:
@@ -15,7 +25,7 @@ class Context:
         self.mode = getattr(config, "mode", None)
         self.host = host
         self.ledger = ledger
-        self.options = dict(options or {})
+        self.options = options if options is not None else RunOptions()
         # A dry run writes nothing, obligations included: the ones its plans would owe
         # are kept here, so the services phase's plan shows the restarts they call for.
         self.planned_obligations = []
@@ -31,12 +41,12 @@ class Context:
 
     @property
     def dry_run(self):
-        return bool(self.options.get("dry_run"))
+        return self.options.dry_run
 
     @property
     def local_only(self):
         """A local pass: cloud steps trust the facts of the last full run instead of asking."""
-        return bool(self.options.get("local_only"))
+        return self.options.local_only
 
     def obligations(self):
         """What the services phase owes: the ledger's, and in a dry run the planned ones."""

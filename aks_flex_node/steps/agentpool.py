@@ -116,7 +116,7 @@ def _pool_facts(ctx):
     from aks_flex_node.azure import agentpool
 
     cfg, data = ctx.operator_config, ctx.data
-    fetch = not ctx.local_only and (data.pool_values is None or ctx.options.get("refresh_pool", True))
+    fetch = not ctx.local_only and (data.pool_values is None or ctx.options.refresh_pool)
     if not fetch:
         if data.pool_values is None:
             raise TemporaryError("no bootstrap data recorded yet: a full run reads it",

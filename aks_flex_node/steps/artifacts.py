@@ -132,7 +132,7 @@ class ArtifactStep(tracked.OwnsPaths, Step):
                 data = ctx.host.read_bytes(path)
                 if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
                     return None
-                if not ctx.options.get("dry_run"):
+                if not ctx.dry_run:
                     # Bookkeeping of ours, not a change to the host: the next run reads the
                     # file's metadata instead of hashing it again.
                     ctx.ledger.record(entry["step"], "file", path, fingerprint=seen)

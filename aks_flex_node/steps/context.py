@@ -1,13 +1,30 @@
 """What a join's steps get to work with besides the engine's Context: the join's data, the
 configuration the node is built to, the run's HTTP policy and downloader, and Azure."""
 
-from aks_flex_node.engine.context import Context
+import dataclasses
+from typing import FrozenSet, Optional
+
+from aks_flex_node.engine.context import Context, RunOptions
 from aks_flex_node.steps.join_data import JoinData
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinOptions(RunOptions):
+    """What the caller asked of a bootstrap or an unbootstrap run (operations.py)."""
+
+    # preflight's checks whose errors are reported but do not stop the run (`all`: every one)
+    ignore_preflight_errors: FrozenSet[str] = frozenset()
+    # agent-pool mode: ask the pool for its bootstrap data again (False: the agent's full
+    # passes on a joined node reuse the last full run's unless the kubelet needs a token)
+    refresh_pool: bool = True
+    agent: bool = False  # the agent's run: a kubelet upgrade waits for upgrade_window
+    upgrade: bool = False  # `aks-flex-node upgrade` asked: a version whose upgrade failed is tried again
+    drain_timeout: Optional[float] = None  # unbootstrap: drain the Node first, within this (None: no drain)
 
 
 class JoinContext(Context):
     def __init__(self, config, host, ledger, options=None, log=None, data=None):
-        super().__init__(config, host, ledger, options=options, log=log)
+        super().__init__(config, host, ledger, options=options if options is not None else JoinOptions(), log=log)
         self.data = data if data is not None else JoinData()
         self._effective = None  # (the overlay it was made from, the Config)
         self._azure = None

@@ -69,12 +69,12 @@ class KubeletUpgradeStep(Step):
         if active is None or not wanted or active == wanted or not kb.node_registered(ctx):
             plan.noop_reason = f"kubelet {active or wanted or 'version not known yet'} is the active version"
             return plan
-        if record is not None and record.get("to") == wanted and not ctx.options.get("upgrade"):
+        if record is not None and record.get("to") == wanted and not ctx.options.upgrade:
             plan.noop_reason = (f"the upgrade to {wanted} failed ({record.get('why')}); kubelet {active} stays; "
                                 "`aks-flex-node upgrade` tries again")
             return plan
         window = ctx.config.upgrade_window
-        if ctx.options.get("agent") and window and not _window_open(window):
+        if ctx.options.agent and window and not _window_open(window):
             plan.noop_reason = f"kubelet {active}; {wanted} waits for the upgrade window ({window})"
             return plan
         timeout = ctx.config.upgrade_drain_timeout

@@ -98,7 +98,7 @@ class NodeReadyStep(Step):
         plan = Plan()
         for entry in entries:
             if entry["kind"] == "node":
-                drain_timeout = ctx.options.get("drain_timeout")
+                drain_timeout = ctx.options.drain_timeout
                 first = ("" if drain_timeout is None else
                          f"cordon and drain (up to {drain_timeout:g} s), then ")
                 plan.add(f"{first}delete Kubernetes node {entry['id']}",
@@ -119,7 +119,7 @@ class NodeReadyStep(Step):
         name, auth = entry["id"], kubelet_auth.for_record(entry)
         ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(ctx.host, auth)
         client = auth.client(ctx)
-        if ctx.options.get("drain_timeout") is not None:
+        if ctx.options.drain_timeout is not None:
             from aks_flex_node import drain
 
             # Before the delete: a deleted Node's pods go by garbage collection, asking no
@@ -127,7 +127,7 @@ class NodeReadyStep(Step):
             # A drain that cannot finish raises, and the Node stays (a leftover saying why).
             # The node's own identity may: the Node authorizer lets a node patch its Node and
             # evict the pods bound to it (pods/eviction is in its rules).
-            drain.cordon_and_drain(client, name, timeout=ctx.options["drain_timeout"])
+            drain.cordon_and_drain(client, name, timeout=ctx.options.drain_timeout)
         try:
             client.delete_node(name)
         except kube.Forbidden:

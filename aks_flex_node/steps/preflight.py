@@ -11,7 +11,7 @@ class PreflightStep(Step):
     gathers_facts = False
 
     def check(self, ctx):
-        results = preflight.run_checks(ctx, ctx.options.get("ignore_preflight_errors", ()))
+        results = preflight.run_checks(ctx, ctx.options.ignore_preflight_errors)
         ctx.data.preflight = results
         preflight.raise_for(results)
         warnings = [r for r in results if r.status in ("warning", "ignored")]

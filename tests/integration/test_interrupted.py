@@ -14,6 +14,7 @@ import time
 from aks_flex_node import lifecycle
 from aks_flex_node.host import Host
 from tests.harness import REPO
+from tests.waiting import pauses
 
 
 def start_and_kill_at(node, command, hang):
@@ -43,16 +44,15 @@ def start_and_kill_at(node, command, hang):
     return proc.pid, running
 
 
-def test_a_killed_bootstrap_reads_as_interrupted(node):
+def test_a_killed_bootstrap_reads_as_interrupted(node, monkeypatch):
     pid, running = start_and_kill_at(node, "bootstrap", "hang-swapoff")  # the system phase
     recorded = json.loads(node.read("/var/lib/aks-flex-node/status.json"))
     assert recorded["state"] == "running", "the record stays as the killed run left it"
 
-    started = time.monotonic()
-    waited = node.cli("status", "--wait", "--timeout", "30")
-    took = time.monotonic() - started
+    # At once: waiting out this timeout would outlast node.cli's ceiling (300 s) and fail
+    # there; exit 1 with the record, not 75 "no run completed", is the outcome it gives.
+    waited = node.cli("status", "--wait", "--timeout", "3600")
     assert waited.returncode == 1, waited.stdout + waited.stderr
-    assert took < 10, f"status --wait took {took:.1f} s"
     assert "state: interrupted" in waited.stdout and "what to do:" in waited.stdout
 
     shown = node.cli("status")
@@ -64,10 +64,11 @@ def test_a_killed_bootstrap_reads_as_interrupted(node):
     assert status["state"] == "interrupted" and status["exit_code"] == 1
     assert status["error"]["error"] == "interrupted" and "aks-flex-node-agent" in status["error"]["remedy"]
 
-    # The maintainer scripts' glue waits through the same function.
-    started = time.monotonic()
+    # The maintainer scripts' glue waits through the same function: it returns on its first
+    # look, without a single poll.
+    polls = pauses(monkeypatch)
     status = lifecycle.wait_for_outcome(Host(node.root), 30)
-    assert status["state"] == "interrupted" and time.monotonic() - started < 5
+    assert status["state"] == "interrupted" and polls == []
 
     # The next run overwrites it as usual.
     proc, summary = node.cli_json("bootstrap")

@@ -17,6 +17,7 @@ from aks_flex_node.http_policy import HttpPolicy
 from tests.emulator import constants as C
 from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
 from tests.azure_fixtures import put_machine, settings_for
+from tests.waiting import pauses
 
 
 class ClusterRef:
@@ -103,17 +104,30 @@ def test_persistent_server_errors_end_as_temporary(fresh_emulator, endpoints, op
     assert len(attempts) == 5  # the first try and RETRY_STATUS = 4 retries
 
 
-def test_dead_endpoint_fails_within_the_bound(endpoints, operator):
-    """Nothing listens: the production retry settings give up in seconds, as exit 75."""
+def test_dead_endpoint_fails_within_the_bound(endpoints, operator, monkeypatch):
+    """Nothing listens: the production retry settings give up after a bounded number of
+    tries and pauses, as exit 75. Counted where they leave this process: the connection
+    attempts to the dead port (socket.connect) and the backoff pauses (time.sleep)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     dead = CloudEndpoints(CUSTOM, f"https://127.0.0.1:{port}", endpoints.authority, C.ARM_SCOPE, endpoints.ca_bundle)
-    started = time.monotonic()
+    attempts = []
+    connect = socket.socket.connect
+
+    def counted_connect(self, address):
+        if address[1:2] == (port,):
+            attempts.append(address)
+        return connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", counted_connect)
+    slept = pauses(monkeypatch)
     with Clients(dead, operator) as clients:
         with pytest.raises(TemporaryError, match="cannot reach Azure"):
             aks.get_cluster(clients, ClusterRef)
-    assert time.monotonic() - started < 30
+    assert len(attempts) == 3  # the first try and RETRY_CONNECT = 2 retries
+    # azure-core's backoff: none before the first retry, BACKOFF_FACTOR * 2 before the second.
+    assert slept == [2.0]
 
 
 def test_clients_from_a_config_object(fresh_emulator, endpoints, operator):

@@ -11,7 +11,6 @@ import ssl
 import stat
 import subprocess
 import threading
-import time
 
 import pytest
 from cryptography import x509
@@ -30,6 +29,7 @@ from aks_flex_node.host import download
 from aks_flex_node.host.download import parse_checksums
 from aks_flex_node.http_policy import HttpPolicy
 from tests.download_fixtures import ArtifactServer
+from tests.waiting import pauses, wait_for
 
 
 def sha(data):
@@ -339,21 +339,23 @@ def fetch_all(d, jobs):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(300)  # a ceiling for a broken run: a fetch still going is missing from results
     return results
 
 
 def test_parallel_downloads_are_bounded(server, cache):
     """Issue 12: the artifacts of a branch download side by side, never more than
-    max_parallel at once (six artifacts, three slots: three at a time)."""
+    max_parallel at once (six artifacts, three slots: three at a time). The server answers
+    a request only once three are in flight at once (a barrier), so downloads one after
+    another, or two at a time, never get their answers; more than three at a time would
+    show in max_in_flight."""
+    three_at_once = threading.Barrier(3)
     bodies = {f"/artifact-{i}.tar.gz": os.urandom(20_000 + i) for i in range(6)}
-    jobs = [(server.serve(p, b, delay=0.3), sha(b)) for p, b in bodies.items()]
-    started = time.monotonic()
-    results = fetch_all(downloader(cache, max_parallel=3), jobs)
-    elapsed = time.monotonic() - started
-    assert all(not isinstance(r, Exception) for r in results.values()), results
+    jobs = [(server.serve(p, b, together=three_at_once), sha(b)) for p, b in bodies.items()]
+    results = fetch_all(downloader(cache, max_parallel=3, timeout=300), jobs)
+    assert server.apart == [], "these requests never had two others in flight beside them"
+    assert len(results) == 6 and all(not isinstance(r, Exception) for r in results.values()), results
     assert server.max_in_flight == 3
-    assert elapsed < 6 * 0.3  # side by side, not one after another
 
 
 def test_the_default_bound_lets_the_install_branch_artifacts_go_at_once(server, cache):
@@ -379,22 +381,28 @@ def test_a_failed_artifact_is_reported_and_cleaned_while_the_others_land(server,
     assert sorted(os.listdir(cache)) == sorted(f"{sha(b)}-{p[1:]}" for p, b in good.items())
 
 
-def test_a_retry_waits_without_holding_a_slot(server, cache):
-    """A download backing off after a 503 leaves its slot to the next artifact."""
+def test_a_retry_waits_without_holding_a_slot(server, cache, monkeypatch):
+    """A download backing off after a 503 leaves its slot to the next artifact. The slow
+    download's backoff lasts until the fast one is done (its pause is held open by the test,
+    300 s at most): with one slot, the fast download lands during the backoff only if the
+    backoff does not hold the slot; if it did, the fast one would come after the retry."""
     slow, fast = os.urandom(1000), os.urandom(1000)
     slow_url = server.serve("/slow.tgz", slow, before=[503])
     fast_url = server.serve("/fast.tgz", fast)
     d = downloader(cache, max_parallel=1, backoff=1.0)
+    fast_done = threading.Event()
     worker = threading.Thread(target=d.fetch, args=(slow_url, sha(slow)))
+    backoffs = pauses(monkeypatch, thread=worker, instead=lambda _seconds: fast_done.wait(300))
     worker.start()
-    deadline = time.monotonic() + 5
-    while server.count("/slow.tgz") < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    started = time.monotonic()
-    d.fetch(fast_url, sha(fast))
-    assert time.monotonic() - started < 0.9  # not behind the 1 s backoff
-    worker.join(10)
-    assert server.count("/slow.tgz") == 2
+    assert wait_for(lambda: backoffs, timeout=300), "the slow download never backed off"
+    fast_thread = threading.Thread(target=lambda: (d.fetch(fast_url, sha(fast)), fast_done.set()))
+    fast_thread.start()
+    fast_thread.join(600)
+    worker.join(600)
+    assert fast_done.is_set(), "the fast download did not land"
+    assert backoffs == [1.0]  # one backoff, as long as configured, and the retry after it
+    assert [path for path, _, _ in server.requests] == ["/slow.tgz", "/fast.tgz", "/slow.tgz"]
+    assert (cache / f"{sha(slow)}-slow.tgz").read_bytes() == slow
 
 
 def test_bad_arguments_are_rejected(cache, tmp_path):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from aks_flex_node.engine import runner as rn
-from aks_flex_node.engine.context import Context
+from aks_flex_node.engine.context import Context, RunOptions
 from aks_flex_node.engine.step import Plan, Step
 from aks_flex_node.errors import FlexNodeError, UsageError
 from aks_flex_node.host.download import Downloader
@@ -254,7 +254,7 @@ def test_a_dry_run_keeps_obligations_in_memory_only(tmp_path):
             plan.add("write", "differs", lambda: None, owes=(restart("containerd", "x"),))
             return plan
 
-    ctx = Context(None, host, Ledger(host), options={"dry_run": True})
+    ctx = Context(None, host, Ledger(host), options=RunOptions(dry_run=True))
     rn.Runner([Writes()], ctx, dry_run=True).run()
     assert ctx.obligations() == [restart("containerd", "x")]
     assert Ledger(host).obligations() == []
@@ -283,7 +283,7 @@ def test_a_check_only_reads_what_it_finds_ours_the_runner_records(tmp_path):
     Finds().check(alone)
     assert Ledger(host).entries() == []
     # A dry run: checked, recorded nowhere.
-    dry = Context(None, host, Ledger(host), options={"dry_run": True})
+    dry = Context(None, host, Ledger(host), options=RunOptions(dry_run=True))
     assert rn.Runner([Finds()], dry, dry_run=True).run().ok
     assert Ledger(host).entries() == [] and dry.take_adopted("finds") == []
     # A run: the runner records it once the check is done.
@@ -302,7 +302,7 @@ def test_a_step_that_does_not_apply_is_not_checked(rec):
             rec.add("check", self.name, 0)
             return Plan()
 
-    local = Context(None, None, None, options={"local_only": True})
+    local = Context(None, None, None, options=RunOptions(local_only=True))
     result = rn.Runner([CloudRead()], local).run()
     assert result.ok and result.phases[0].status == rn.UNCHANGED
     assert "local pass" in result.phases[0].message

@@ -228,13 +228,14 @@ def test_a_full_disk_does_not_stop_the_token(node, capsys):
 
 def test_a_throttled_himds_exits_75_after_bounded_retries(node):
     # HIMDS answers 429 to everything: the plugin retries, then tells the kubelet to try later.
+    # Bounded by count, not by a clock: HIMDS saw exactly himds.ATTEMPTS requests (a 429
+    # ends its exchange at the first request) and the plugin says so. The time budget that
+    # bounds the waits too is tests/unit/test_himds_retry.py's, on a fake clock.
     node.faults = [(429, {"Retry-After": "0"})] * 20
-    started = time.monotonic()
     code, out, err = run(node.root)
     assert code == 75 and out == ""
     assert "answered 429" in err and f"after {himds.ATTEMPTS} attempt(s)" in err
     assert len(node.requests) == himds.ATTEMPTS
-    assert time.monotonic() - started < token_cmd.HIMDS_BUDGET
 
 
 def test_a_503_burst_still_gives_the_token(node):
