@@ -8,7 +8,6 @@ import shutil
 import socket
 import ssl
 import stat
-import time
 
 import pytest
 
@@ -81,10 +80,10 @@ def test_a_preseeded_noninteractive_install_joins(emulated_node):
         "tags": ("string", "site=lyon"),
         "cloud": ("select", "custom"),
     })
-    started = time.monotonic()
     result = sb.run("postinst", "configure", "", env=sb.extra_env)
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 120
+    # Joined within the postinst's join timeout (AKS_FLEX_NODE_JOIN_TIMEOUT): the run
+    # succeeded and nothing was left pending for the agent (below).
     status = sb.status()
     assert status["operation"] == "bootstrap" and status["state"] == "succeeded", result.stderr
     # Azure: the Arc machine has the preseeded name and tags; the node registered Ready.
@@ -116,12 +115,34 @@ def test_a_preseeded_noninteractive_install_joins(emulated_node):
 # ---- a bad preseed ------------------------------------------------------------------------
 
 
+def run_traced(sb, *args, **kw):
+    """sb.run with debconf's protocol traced (DEBCONF_DEBUG=developer): the result, its
+    stderr without the trace, and the questions the scripts put (INPUT), in order, as
+    (priority, question). How often a question was put shows whether the config script's
+    loop ended, with no clock involved."""
+    env = {**kw.pop("env", {}), "DEBCONF_DEBUG": "developer"}
+    result = sb.run(*args, env=env, **kw)
+    trace, rest = [], []
+    for line in result.stderr.splitlines(keepends=True):
+        (trace if line.startswith("debconf (developer): ") else rest).append(line)
+    result.stderr = "".join(rest)
+    inputs = [tuple(line.split()[4:6]) for line in trace
+              if line.startswith("debconf (developer): <-- INPUT ")]
+    return result, inputs
+
+
+def times_asked(inputs, question):
+    return sum(1 for _priority, name in inputs if name == f"aks-flex-node/{question}")
+
+
 def test_an_invalid_preseed_ends_without_hanging_with_the_message_and_without_a_join(sandbox):
     preseed_join(sandbox, tenant_id=("string", "not-a-uuid"))
     loopback_cloud(sandbox)
-    started = time.monotonic()
-    result = sandbox.run("postinst", "configure", "", timeout=60)
-    assert time.monotonic() - started < 30  # the config script's loop broke at once
+    result, inputs = run_traced(sandbox, "postinst", "configure", "")  # a hang: 300 s, then red
+    # The config script's loop broke at once: the question was put once, and the error
+    # note that comes before asking again never was.
+    assert times_asked(inputs, "tenant_id") == 1, inputs
+    assert times_asked(inputs, "invalid") == 0, inputs
     assert result.returncode == 0, result.stderr
     assert sandbox.status() is None  # no join was started
     assert not sandbox.path(sb_mod.PENDING).exists()
@@ -320,9 +341,10 @@ def test_a_bad_agent_pool_name_is_named_with_the_library_message(sandbox):
     seed_documented(sandbox, "agent-pool", agent_pool=("string", "Flex_Pool"),
                     on_join_failure=("select", "fail-install"))
     agent_pool_loopback_cloud(sandbox)
-    started = time.monotonic()
-    result = sandbox.run("postinst", "configure", "", timeout=60)
-    assert time.monotonic() - started < 30  # the config script's loop broke at once
+    result, inputs = run_traced(sandbox, "postinst", "configure", "")  # a hang: 300 s, then red
+    # The config script's loop broke at once: asked once, no error note to ask again.
+    assert times_asked(inputs, "agent_pool") == 1, inputs
+    assert times_asked(inputs, "invalid") == 0, inputs
     assert result.returncode == 2, result.stderr
     assert "aks-flex-node/agent_pool (agent_pool in /etc/aks-flex-node/aks-flex-node.conf): 'Flex_Pool'" \
         in result.stderr
@@ -498,14 +520,14 @@ def test_a_join_that_hangs_is_cut_off_and_left_pending(sandbox):
         preseed_join(sandbox)
         config.write(sb_mod.CONF, {"cloud": "custom", "arm_endpoint": silent, "authority_host": silent},
                      root=str(sandbox.root))
-        started = time.monotonic()
+        # Cut off by the postinst after its join timeout (3 s), not ended by the library's own
+        # connection timeouts and retries: the message says which. A postinst that waited for
+        # the join would outlast the 300 s ceiling (TimeoutExpired) or not say so.
         result = sandbox.run("postinst", "configure", "", env={"AKS_FLEX_NODE_JOIN_TIMEOUT": "3"},
-                             timeout=120)
-        elapsed = time.monotonic() - started
+                             timeout=300)
     finally:
         listener.close()
     assert result.returncode == 0, result.stderr
-    assert elapsed < 30
     assert "did not finish within 3 s" in result.stderr
     assert sandbox.path(sb_mod.PENDING).exists()
     assert ["start", "aks-flex-node-agent.service"] in sandbox.invoked()
