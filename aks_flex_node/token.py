@@ -235,22 +235,17 @@ class TokenCache:
         self.path = path
 
     def load(self, resource, now):
+        from aks_flex_node.host import careful_read
+
+        try:  # ours only: a regular file, not through a link, owned by us and private
+            raw = careful_read.read(self.path, 65536, private=True, owners=(os.geteuid(),))
+        except careful_read.Unsafe:
+            return None
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+            entry = json.loads(raw)
+            token = CachedToken(str(entry["access_token"]), int(entry["expires_on"]))
+        except (ValueError, KeyError, TypeError):  # not ours to use: fetch anew
             return None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory or a device: not our cache
-            os.close(fd)
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_uid != os.geteuid() or info.st_mode & 0o077:
-                return None
-            try:
-                entry = json.loads(handle.read(65536))
-                token = CachedToken(str(entry["access_token"]), int(entry["expires_on"]))
-            except (OSError, ValueError, KeyError, TypeError):  # not ours to use: fetch anew
-                return None
         if entry.get("resource") != resource or token.expires_on - now <= EARLY_EXPIRY_SECONDS:
             return None
         return token

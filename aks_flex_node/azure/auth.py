@@ -10,7 +10,6 @@ and systemd, where a prompt would hang (upstream's daemon could start an interac
 import contextlib
 import os
 import re
-import stat
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Optional
@@ -31,6 +30,7 @@ from azure.identity import (
 from aks_flex_node.azure import sdk_compat
 from aks_flex_node.azure.clients import BACKOFF_FACTOR, CONNECTION_TIMEOUT, RETRY_CONNECT
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.host import careful_read
 from aks_flex_node.http_policy import HttpPolicy
 from aks_flex_node.paths import real_path
 
@@ -114,34 +114,12 @@ def _real(root, node_path):
 
 
 def read_secret_file(path, field):
-    """The contents of a root-only file; refuse one that others could read or swap."""
+    """The contents of a root-only file; refuse one that others could read or swap
+    (host/careful_read.py)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise AuthError(f"{field} = {path!r}: the file does not exist") from None
-    except OSError as err:
-        if err.errno == getattr(os, "ELOOP", 40):
-            raise AuthError(f"{field} = {path!r}: is a symlink: expected a regular file") from None
-        raise AuthError(f"{field} = {path!r}: cannot open it ({err.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise AuthError(f"{field} = {path!r}: expected a regular file")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise AuthError(
-                f"{field} = {path!r} has mode {mode:04o}: expected 0600 or 0400 (readable by its owner only)",
-                remedy=f"chmod 600 {path}",
-            )
-        if info.st_uid not in (0, os.geteuid()):
-            raise AuthError(
-                f"{field} = {path!r} is owned by uid {info.st_uid}: expected root",
-                remedy=f"chown root:root {path}",
-            )
-        data = handle.read(MAX_SECRET_FILE_BYTES + 1)
-    if len(data) > MAX_SECRET_FILE_BYTES:
-        raise AuthError(f"{field} = {path!r}: expected at most {MAX_SECRET_FILE_BYTES} bytes")
-    return data
+        return careful_read.read(path, MAX_SECRET_FILE_BYTES, private=True, owners=careful_read.root_or_us())
+    except careful_read.Unsafe as unsafe:
+        raise AuthError(f"{field} = {path!r}: {unsafe.why}", remedy=unsafe.remedy) from None
 
 
 def _check_cli_config_dir(environ=os.environ):

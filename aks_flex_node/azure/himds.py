@@ -26,7 +26,6 @@ kubelet waits for `aks-flex-node token`.
 import email.utils
 import json
 import os
-import stat
 import time
 import urllib.error
 import urllib.parse
@@ -34,6 +33,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.host import careful_read
 from aks_flex_node.http_policy import is_loopback
 from aks_flex_node.paths import Paths
 
@@ -212,25 +212,13 @@ def read_challenge_key(realm, key_dir, root=None):
     if not real.endswith(KEY_SUFFIX):
         raise HimdsError(f"HIMDS challenge key {realm!r}: expected a file name ending in {KEY_SUFFIX!r}")
     try:
-        # O_NOFOLLOW on the resolved path: a symlink swapped in after realpath() fails here.
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as err:
-        raise HimdsError(
-            f"cannot read HIMDS challenge key {real!r}: {err.strerror}",
-            remedy="run as root or as a member of the himds group",
-        ) from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise HimdsError(f"HIMDS challenge key {real!r}: expected a regular file")
-    with os.fdopen(fd, "rb") as handle:
-        if info.st_size > MAX_KEY_BYTES:
-            raise HimdsError(
-                f"HIMDS challenge key {real!r} is {info.st_size} bytes: expected at most {MAX_KEY_BYTES}"
-            )
-        data = handle.read(MAX_KEY_BYTES + 1)
-    if len(data) > MAX_KEY_BYTES:
-        raise HimdsError(f"HIMDS challenge key {real!r}: expected at most {MAX_KEY_BYTES} bytes")
+        # Not followed on the resolved path: a symlink swapped in after realpath() fails here.
+        data = careful_read.read(real, MAX_KEY_BYTES)
+    except careful_read.Unsafe as unsafe:
+        if unsafe.errno is not None:
+            raise HimdsError(f"cannot read HIMDS challenge key {real!r}: {unsafe.why}",
+                             remedy="run as root or as a member of the himds group") from None
+        raise HimdsError(f"HIMDS challenge key {real!r}: {unsafe.why}") from None
     try:
         return data.decode("ascii").strip()
     except UnicodeDecodeError:

@@ -71,6 +71,7 @@ def not_regular(file_path):
 _FILE_KINDS = (
     (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"),
+    (stat.S_ISLNK, "a symlink"),
 )
 
 

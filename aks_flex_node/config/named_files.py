@@ -6,6 +6,7 @@ validate` and before bootstrap changes anything, not at the first token request.
 problem names the key and the file, never what the file holds.
 """
 
+import errno
 import os
 import re
 import stat
@@ -14,6 +15,7 @@ from aks_flex_node import paths
 from aks_flex_node import strictmodes
 from aks_flex_node.config.fileformat import file_kind, is_control
 from aks_flex_node.errors import ConfigProblem
+from aks_flex_node.host import careful_read
 
 # Entra ID generates client secrets of 16 to 64 characters (Microsoft Graph,
 # "passwordCredential resource type", secretText:
@@ -133,11 +135,12 @@ def _has_block(text, kind):
 
 def _checked_read(key, node_path, root, problems, max_bytes, what, private=True):
     """The bytes of a file named by `key`, or None with its problems appended: there,
-    regular (never opened otherwise: a FIFO would block), safe (strictmodes), not empty, at
-    most `max_bytes`."""
+    regular and not a link to one (never opened otherwise: a FIFO would block; a link
+    swapped in would be read as root), safe (strictmodes), not empty, at most `max_bytes`;
+    read by host/careful_read.py, as every file whose bytes we must not be fooled by."""
     path = paths.real_path(root, node_path)
     try:
-        st = os.stat(path)
+        st = os.lstat(path)  # the file itself: a link to one is not followed (careful_read)
     except FileNotFoundError:
         problems.append(ConfigProblem(key, node_path, f"an existing file ({path} does not exist)"))
         return None
@@ -158,17 +161,17 @@ def _checked_read(key, node_path, root, problems, max_bytes, what, private=True)
                                                       f"(the file has {st.st_size})"))
         return None
     try:
-        # O_NONBLOCK: should it have become a FIFO since the stat, the open does not wait.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                problems.append(ConfigProblem(key, node_path, "a regular file"))
-                return None
-            data = handle.read(max_bytes + 1)
-    except OSError as err:
-        problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
-        return None
-    if len(data) > max_bytes:  # grown since the stat
-        problems.append(ConfigProblem(key, node_path, f"{what} of at most {max_bytes} bytes"))
+        # Should it have become a FIFO or a link since the stat, the read neither waits nor follows.
+        data = careful_read.read(str(path), max_bytes)
+    except careful_read.Unsafe as unsafe:
+        if unsafe.errno == errno.ELOOP:
+            expected = "a regular file (it is a symlink)"
+        elif unsafe.errno is not None:
+            expected = f"a file aks-flex-node can read ({os.strerror(unsafe.errno)})"
+        elif unsafe.why.startswith("expected a regular file"):
+            expected = "a regular file"
+        else:  # grown since the stat
+            expected = f"{what} of at most {max_bytes} bytes"
+        problems.append(ConfigProblem(key, node_path, expected))
         return None
     return data

@@ -1,0 +1,75 @@
+"""The one careful read of a file we, as root, must not be fooled by: a secret, a key, a
+file an operator names, our own private state.
+
+- never through a symlink at the last component (O_NOFOLLOW): a link swapped in would make
+  us read, and then send or trust, whatever it points at;
+- never waiting on a FIFO (O_NONBLOCK) nor adopting a terminal (O_NOCTTY), and only a
+  regular file, judged on the descriptor we read (fstat), so a swap after any earlier
+  look changes nothing;
+- optionally owned by root or by us, and private (no group or other permission bits);
+- never more than `max_bytes` read, whatever the file's size says.
+
+Stdlib only: the token plugin and HIMDS client (light paths the kubelet runs) use it.
+Callers turn an Unsafe into their own error, naming the field or file it came from.
+"""
+
+import errno
+import os
+import stat
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class Unsafe(Exception):
+    """Why a file cannot be read as asked (`why`, in the operator's words), with `remedy`
+    when there is one and the errno when the system said no (`errno`, else None)."""
+
+    def __init__(self, why, remedy=None, err=None):
+        super().__init__(why)
+        self.why, self.remedy, self.errno = why, remedy, err
+
+
+def kind_of(mode):
+    """What a file that is not a regular one is, in words."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read(path, max_bytes, *, private=False, owners=None):
+    """The bytes of the regular file `path` (at most `max_bytes`), or Unsafe saying why not.
+    `private`: no group or other permission bits. `owners`: the uids it may belong to (None:
+    any; `root_or_us()` for root's files)."""
+    try:
+        fd = os.open(path, _FLAGS)
+    except FileNotFoundError:
+        raise Unsafe("the file does not exist", err=errno.ENOENT) from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise Unsafe("is a symlink: expected a regular file", err=err.errno) from None
+        raise Unsafe(f"cannot open it ({err.strerror})", err=err.errno) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # (a directory's descriptor cannot even be a file object)
+        os.close(fd)
+        raise Unsafe(f"expected a regular file (it is {kind_of(info.st_mode)})")
+    with os.fdopen(fd, "rb") as handle:
+        mode = stat.S_IMODE(info.st_mode)
+        if private and mode & 0o077:
+            raise Unsafe(f"has mode {mode:04o}: expected 0600 or 0400 (readable by its owner only)",
+                         remedy=f"chmod 600 {path}")
+        if owners is not None and info.st_uid not in owners:
+            raise Unsafe(f"is owned by uid {info.st_uid}: expected root", remedy=f"chown root:root {path}")
+        if info.st_size > max_bytes:
+            raise Unsafe(f"is {info.st_size} bytes: expected at most {max_bytes} bytes")
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grown since the fstat
+        raise Unsafe(f"expected at most {max_bytes} bytes")
+    return data
+
+
+def root_or_us():
+    """Root's files: owned by root, or by whoever runs us (a test as its own user)."""
+    return (0, os.geteuid())

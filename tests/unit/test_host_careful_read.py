@@ -1,0 +1,123 @@
+"""The one careful read (host/careful_read.py) and the readers that use it: a secret file, the
+HIMDS challenge key, a file the configuration names, the token plugin's cache. None follows a
+link swapped in, waits on a FIFO, or reads past its cap."""
+
+import os
+import threading
+
+import pytest
+
+from aks_flex_node.azure.auth import read_secret_file
+from aks_flex_node.errors import AuthError, ConfigError
+from aks_flex_node.host import careful_read
+from aks_flex_node.token import TokenCache
+from tests.config_fixtures import make_root, secret_file, sp
+from tests.config_fixtures import load as load_config
+
+# A read that waited on a FIFO would never come back: the test fails after this instead of
+# hanging the suite. No run is expected to come near it (the reads return at once).
+HANG = 120
+
+
+def returns(call):
+    """What `call()` returns or raises, run where a hang cannot stop the suite."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 (handed to the test)
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG)
+    assert not thread.is_alive(), "the read waited (a FIFO opened without O_NONBLOCK?)"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+@pytest.fixture
+def files(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s3cr3t\n")
+    secret.chmod(0o600)
+    return tmp_path, secret
+
+
+def test_a_private_regular_file_is_read(files):
+    _, secret = files
+    assert careful_read.read(str(secret), 64, private=True, owners=careful_read.root_or_us()) == b"s3cr3t\n"
+
+
+def test_a_symlink_is_not_followed_even_to_a_good_file(files):
+    tmp_path, secret = files
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    with pytest.raises(careful_read.Unsafe, match="is a symlink: expected a regular file"):
+        careful_read.read(str(link), 64)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(files):
+    tmp_path, _ = files
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(careful_read.Unsafe, match=r"expected a regular file \(it is a FIFO\)"):
+        returns(lambda: careful_read.read(str(fifo), 64))
+
+
+def test_a_directory_a_loose_mode_a_foreign_owner_and_a_big_file(files):
+    tmp_path, secret = files
+    with pytest.raises(careful_read.Unsafe, match=r"\(it is a directory\)"):
+        careful_read.read(str(tmp_path), 64)
+    secret.chmod(0o640)
+    with pytest.raises(careful_read.Unsafe, match="has mode 0640: expected 0600 or 0400") as excinfo:
+        careful_read.read(str(secret), 64, private=True)
+    assert excinfo.value.remedy == f"chmod 600 {secret}"
+    assert careful_read.read(str(secret), 64) == b"s3cr3t\n"  # not asked to be private
+    with pytest.raises(careful_read.Unsafe, match=f"is owned by uid {os.geteuid()}: expected root"):
+        careful_read.read(str(secret), 64, owners=(os.geteuid() + 1,))
+    with pytest.raises(careful_read.Unsafe, match="is 7 bytes: expected at most 6 bytes"):
+        careful_read.read(str(secret), 6)
+    with pytest.raises(careful_read.Unsafe, match="the file does not exist") as excinfo:
+        careful_read.read(str(tmp_path / "gone"), 6)
+    assert excinfo.value.errno == 2
+
+
+def test_a_fifo_as_the_client_secret_file_is_refused_at_once(files):
+    """azure/auth.py's read of sp_client_secret_file used to open without O_NONBLOCK: a FIFO
+    swapped in after the configuration was checked would hold the join (and its lock)."""
+    tmp_path, _ = files
+    fifo = tmp_path / "secret-fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(AuthError, match=rf"sp_client_secret_file = '{fifo}': expected a regular file \(it is a FIFO\)"):
+        returns(lambda: read_secret_file(str(fifo), "sp_client_secret_file"))
+
+
+def test_a_fifo_or_a_foreign_file_as_the_token_cache_is_not_used(files):
+    """The kubelet runs the token plugin on every credential refresh: a FIFO at the cache's
+    path must not make it wait (the cache's read had no O_NONBLOCK)."""
+    tmp_path, _ = files
+    fifo = tmp_path / "token-cache"
+    os.mkfifo(fifo, 0o600)
+    assert returns(lambda: TokenCache(str(fifo)).load("https://example/", 0)) is None
+    loose = tmp_path / "loose-cache"
+    loose.write_text('{"access_token": "t", "expires_on": 9999999999, "resource": "r"}')
+    loose.chmod(0o644)
+    assert TokenCache(str(loose)).load("r", 0) is None
+    loose.chmod(0o600)
+    assert TokenCache(str(loose)).load("r", 0).access_token == "t"  # the same file, ours: used
+
+
+def test_a_named_file_that_is_a_symlink_is_refused_when_the_config_is_checked(tmp_path):
+    """Found at validation, naming the key: before, the configuration accepted a linked
+    certificate that the credential's read then refused (or, for a CA, read as root)."""
+    root = make_root(tmp_path)
+    real = secret_file(root, "s3cr3t\n", name="real-secret")
+    os.symlink("real-secret", root / "etc/aks-flex-node/sp-secret")
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(root, sp(sp_client_secret_file="/etc/aks-flex-node/sp-secret"))
+    [problem] = [p for p in excinfo.value.problems if p.key == "sp_client_secret_file"]
+    assert (problem.value, problem.expected) == ("/etc/aks-flex-node/sp-secret", "a regular file (it is a symlink)")
+    assert load_config(root, sp(sp_client_secret_file=real)).sp_client_secret_file == real
