@@ -10,6 +10,7 @@ Callers always speak in node paths ("/etc/kubernetes/..."); the Host adds the ro
 import logging
 import os
 import posixpath
+import stat
 from pathlib import PurePosixPath
 
 from aks_flex_node.host import fs, mounts
@@ -154,6 +155,45 @@ class Host:
 
     def is_dir(self, path):
         return os.path.isdir(self.path(path))
+
+    def lstat(self, path):
+        """The os.stat_result of node path `path` itself (a link is not followed), or None
+        when nothing is there."""
+        try:
+            return os.lstat(self.path(path))
+        except FileNotFoundError:
+            return None
+
+    def kind(self, path):
+        """What is at node path `path`, not following a link: "dir", "file", "link",
+        "other" (a FIFO, a socket, a device) or None (nothing)."""
+        st = self.lstat(path)
+        if st is None:
+            return None
+        for test, name in ((stat.S_ISDIR, "dir"), (stat.S_ISREG, "file"), (stat.S_ISLNK, "link")):
+            if test(st.st_mode):
+                return name
+        return "other"
+
+    def mode(self, path):
+        """The permission bits of node path `path` (a link followed, as a write would)."""
+        return stat.S_IMODE(os.stat(self.path(path)).st_mode)
+
+    def listdir(self, path):
+        """The names in directory `path`, sorted, or None when it is not there."""
+        try:
+            return sorted(os.listdir(self.path(path)))
+        except FileNotFoundError:
+            return None
+
+    def remove_empty_dir(self, path):
+        """Remove directory `path` if it is empty: True when removed, False when it was not
+        there; OSError (ENOTEMPTY, ENOTDIR) when something is in it or it is no directory."""
+        try:
+            os.rmdir(self._writable(path))
+        except FileNotFoundError:
+            return False
+        return True
 
     def _owner_ids(self, owner):
         if owner is None:

@@ -61,10 +61,10 @@ def fingerprint(host, path):
     modification and change times in nanoseconds (the change time moves with any write or
     chmod, and nobody can set it back: stat(2)). None when no regular file is there."""
     try:
-        st = os.lstat(host.path(path))
+        st = host.lstat(path)
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode):
+    if st is None or not stat.S_ISREG(st.st_mode):
         return None
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 

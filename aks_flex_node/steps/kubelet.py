@@ -9,7 +9,6 @@ restart when its content changes; the unit files also owe a systemd reload.
 """
 
 import json
-import os
 
 from aks_flex_node.engine.step import ACTIVATE, Plan, Step
 from aks_flex_node.steps import kubelet_auth, tracked
@@ -118,7 +117,7 @@ def resolv_conf(host):
     # systemd-resolved's real upstream list, when it runs; a stub 127.0.0.53 resolv.conf
     # would make pods loop DNS back to themselves.
     resolved = "/run/systemd/resolve/resolv.conf"
-    return resolved if os.path.exists(host.path(resolved)) else "/etc/resolv.conf"
+    return resolved if host.kind(resolved) == "file" else "/etc/resolv.conf"  # resolved writes a regular file
 
 
 class KubeletStep(tracked.OwnsPaths, Step):

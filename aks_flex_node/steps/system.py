@@ -1,7 +1,5 @@
 """Kernel and OS settings Kubernetes needs: swap off for good, modules, sysctls."""
 
-import os
-import stat
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, Unobserved
 from aks_flex_node.host.kernel import Unknown, comment_out_swap
@@ -110,4 +108,4 @@ class SystemStep(tracked.OwnsPaths, Step):
 
 
 def _mode_of(host, path):
-    return stat.S_IMODE(os.stat(host.path(path)).st_mode)
+    return host.mode(path)

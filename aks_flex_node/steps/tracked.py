@@ -15,7 +15,6 @@ files our downloader names, and then goes if it is empty.
 
 import os
 import re
-import stat
 
 from aks_flex_node import paths
 from aks_flex_node.engine.step import INSTALL, Plan, Step
@@ -35,7 +34,7 @@ def file_drift(host, path, content, mode):
         return "it does not exist", True
     if current != content:
         return "its content differs", True
-    actual = stat.S_IMODE(os.stat(host.path(path)).st_mode)
+    actual = host.mode(path)
     if actual != mode:
         return f"its mode is {actual:04o}, not {mode:04o}", False
     return None, False
@@ -59,7 +58,7 @@ def make_parents(ctx, step, path):
     undo removes them again once they are empty; returns those created, top first."""
     missing = []
     parent = os.path.dirname(path)
-    while parent not in ("/", "") and not os.path.isdir(ctx.host.path(parent)):
+    while parent not in ("/", "") and not ctx.host.is_dir(parent):
         missing.append(parent)
         parent = os.path.dirname(parent)
     for directory in reversed(missing):
@@ -77,7 +76,7 @@ def claim_file(ctx, step, path, **extra):
         original = host.read_bytes(path)
         if original is not None:
             backup = paths.backup_path(path)
-            original_mode = stat.S_IMODE(os.stat(host.path(path)).st_mode)
+            original_mode = host.mode(path)
             host.write_file(backup, original, 0o600)
             extra.update(backup=backup, mode=original_mode)
     ctx.ledger.record(step, "file", path, **extra)
@@ -97,11 +96,10 @@ def link_tracked(ctx, step, path, target):
     make_parents(ctx, step, path)
     entry = ctx.ledger.get("file", path)
     kept = {k: entry[k] for k in ("backup", "mode") if k in entry} if entry else {}
-    real = host.path(path)
-    if entry is None and os.path.isfile(real) and not os.path.islink(real):
+    if entry is None and host.kind(path) == "file":
         backup = paths.backup_path(path)
         host.write_file(backup, host.read_bytes(path), 0o600)
-        kept = {"backup": backup, "mode": stat.S_IMODE(os.stat(real).st_mode)}
+        kept = {"backup": backup, "mode": host.mode(path)}
     ctx.ledger.replace(step, "file", path, link=target, **kept)
     return host.write_symlink(path, target)
 
@@ -109,7 +107,7 @@ def link_tracked(ctx, step, path, target):
 def plan_dir(ctx, plan, step, path, mode=0o755, kind="dir"):
     """Create `path` when missing. kind "state_dir": a service's state directory, which
     undo removes with its content (the service we installed filled it)."""
-    if os.path.isdir(ctx.host.path(path)):
+    if ctx.host.is_dir(path):
         return False
 
     def run():
@@ -125,7 +123,7 @@ def ensure_cache_dir(ctx, step):
     """The download cache: made (and tagged as ours) when missing, recorded as `step`'s.
     One the ledger records as ours gets its tag back when a killed run did not write it."""
     cache_dir = ctx.config.cache_dir
-    if os.path.isdir(ctx.host.path(cache_dir)):
+    if ctx.host.is_dir(cache_dir):
         if cache_tag_drift(ctx) is not None:
             _write_cache_tag(ctx, cache_dir)
         return
@@ -145,7 +143,7 @@ def cache_tag_drift(ctx):
     written, so a run killed in between leaves it untagged, and unbootstrap, the config's
     cache_dir check and `tar --exclude-caches` all go by the tag."""
     cache_dir = ctx.config.cache_dir
-    if not ctx.ledger.has("cache_dir", cache_dir) or not os.path.isdir(ctx.host.path(cache_dir)):
+    if not ctx.ledger.has("cache_dir", cache_dir) or not ctx.host.is_dir(cache_dir):
         return None
     drift, _ = file_drift(ctx.host, f"{cache_dir}/{paths.CACHE_TAG_NAME}", paths.CACHE_TAG, 0o644)
     return drift
@@ -227,8 +225,7 @@ def _restore(ctx, entry):
 
 
 def _remove_file(ctx, path):
-    real = ctx.host.path(path)
-    if os.path.isdir(real) and not os.path.islink(real):
+    if ctx.host.kind(path) == "dir":
         return [Leftover(path, "a directory is there now, not the file aks-flex-node wrote; left as it is")]
     ctx.host.remove(path)
     ctx.ledger.forget("file", path)
@@ -238,18 +235,16 @@ def _remove_file(ctx, path):
 def _remove_empty_dir(ctx, entry, final):
     path = entry["id"]
     try:
-        os.rmdir(ctx.host.path(path))
-    except FileNotFoundError:
-        pass
+        ctx.host.remove_empty_dir(path)
     except OSError:
-        if not os.path.isdir(ctx.host.path(path)):
+        if not ctx.host.is_dir(path):
             ctx.ledger.forget(entry["kind"], path)
             return [Leftover(path, "something other than a directory is there now; left as it is", kept=True)]
         if not final:
             return []  # the leftover-dirs phase tries again once every phase is undone
         ctx.ledger.forget(entry["kind"], path)
         return [Leftover(path, f"kept: it holds what aks-flex-node did not create "
-                               f"({_listing(ctx.host.path(path))})", kept=True)]
+                               f"({_listing(ctx.host, path)})", kept=True)]
     ctx.ledger.forget(entry["kind"], path)
     return []
 
@@ -263,39 +258,31 @@ def _remove_state_dir(ctx, entry):
 
 
 def _remove_cache(ctx, path):
-    real = ctx.host.path(path)
+    host = ctx.host
     tag = f"{path}/{paths.CACHE_TAG_NAME}"
-    tag_real = ctx.host.path(tag)
-    if not os.path.lexists(tag_real) or (
-            os.path.isfile(tag_real) and not os.path.islink(tag_real)
-            and paths.is_own_cache_tag(ctx.host.read_bytes(tag) or b"")):
-        ctx.host.remove(tag)  # and the temp file a run killed while writing it left
-    try:
-        names = os.listdir(real)
-    except FileNotFoundError:
+    tag_kind = host.kind(tag)
+    if tag_kind is None or (tag_kind == "file" and paths.is_own_cache_tag(host.read_bytes(tag) or b"")):
+        host.remove(tag)  # and the temp file a run killed while writing it left
+    names = host.listdir(path)
+    if names is None:
         ctx.ledger.forget("cache_dir", path)
         return []
     for name in names:
-        try:
-            st = os.lstat(os.path.join(real, name))
-        except FileNotFoundError:
-            continue  # gone meanwhile (a temp file removed with the file it was for)
-        if stat.S_ISREG(st.st_mode) and _CACHE_FILE.fullmatch(name):
-            ctx.host.remove(f"{path}/{name}")
+        # (one gone meanwhile, a temp file removed with the file it was for, is no file)
+        if _CACHE_FILE.fullmatch(name) and host.kind(f"{path}/{name}") == "file":
+            host.remove(f"{path}/{name}")
     ctx.ledger.forget("cache_dir", path)
     try:
-        os.rmdir(real)
-    except FileNotFoundError:
-        pass
+        host.remove_empty_dir(path)
     except OSError:
-        return [Leftover(path, f"kept: it holds what aks-flex-node did not download ({_listing(real)})",
+        return [Leftover(path, f"kept: it holds what aks-flex-node did not download ({_listing(host, path)})",
                          kept=True)]
     return []
 
 
-def _listing(real, most=3):
+def _listing(host, path, most=3):
     try:
-        names = sorted(os.listdir(real))
+        names = host.listdir(path) or []
     except OSError as err:
         return err.strerror or str(err)
     shown = ", ".join(names[:most])
