@@ -133,6 +133,11 @@ def _has_block(text, kind):
     return False
 
 
+def _not_a_link(private):
+    return ("a regular file, not a symlink (aks-flex-node, as root, follows none to a file it reads): put the "
+            "file itself at this path" + (", owned by root, chmod 600" if private else ""))
+
+
 def _checked_read(key, node_path, root, problems, max_bytes, what, private=True):
     """The bytes of a file named by `key`, or None with its problems appended: there,
     regular and not a link to one (never opened otherwise: a FIFO would block; a link
@@ -146,6 +151,9 @@ def _checked_read(key, node_path, root, problems, max_bytes, what, private=True)
         return None
     except OSError as err:
         problems.append(ConfigProblem(key, node_path, f"a file aks-flex-node can read ({err.strerror})"))
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        problems.append(ConfigProblem(key, node_path, _not_a_link(private)))
         return None
     if not stat.S_ISREG(st.st_mode):
         problems.append(ConfigProblem(key, node_path, f"a regular file (it is {file_kind(st)})"))
@@ -165,7 +173,7 @@ def _checked_read(key, node_path, root, problems, max_bytes, what, private=True)
         data = careful_read.read(str(path), max_bytes)
     except careful_read.Unsafe as unsafe:
         if unsafe.errno == errno.ELOOP:
-            expected = "a regular file (it is a symlink)"
+            expected = _not_a_link(private)
         elif unsafe.errno is not None:
             expected = f"a file aks-flex-node can read ({os.strerror(unsafe.errno)})"
         elif unsafe.why.startswith("expected a regular file"):
