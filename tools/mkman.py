@@ -2,7 +2,7 @@
 """Write the aks-flex-node(8) man page from the CLI's own argparse parser.
 
 Run at package build time (debian/rules), so the page and the command cannot drift apart.
-Standard library only: aks_flex_node.cli.build_parser() imports no Azure SDK and no
+Standard library only: aks_flex_node.commands.arguments.build_parser() imports no Azure SDK and no
 configobj, so the build needs no more than python3 (the package's Build-Depends).
 
     python3 tools/mkman.py [--output FILE]
@@ -21,7 +21,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from aks_flex_node import __version__  # noqa: E402
-from aks_flex_node import cli  # noqa: E402
+from aks_flex_node.commands import arguments as cli  # noqa: E402 (the grammar: commands/arguments.py)
 from aks_flex_node.errors import ExitCode  # noqa: E402
 
 # What each exit code means to an operator; a test checks every ExitCode has a line here.

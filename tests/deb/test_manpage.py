@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from aks_flex_node import cli
+from aks_flex_node.commands import arguments as cli
 from aks_flex_node.errors import ExitCode
 from tests.deb import debtools
 from tests.deb.conftest import require_tools

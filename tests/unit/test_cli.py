@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from aks_flex_node import __version__, cli, output, paths
+from aks_flex_node.commands import arguments
 from aks_flex_node.engine.runner import PhaseResult
 from tests.harness import REPO
 
@@ -66,9 +67,9 @@ def full_help(parser):
 def test_every_command_help_is_the_same_as_from_the_full_parser(capsys):
     """The lazy parser of each command prints the help the full one (the man page's source)
     prints, and `aks-flex-node COMMAND --help` shows it, arguments and all."""
-    full = dict(full_help(cli.build_parser()))
+    full = dict(full_help(arguments.build_parser()))
     commands = [path for path in full if path]
-    assert {path[0] for path in commands} == {name for name, _, _ in cli.SUBCOMMANDS}
+    assert {path[0] for path in commands} == {name for name, _, _ in arguments.SUBCOMMANDS}
     assert ("config", "import") in commands
     for path in commands:
         if path == ("token",):
@@ -82,12 +83,12 @@ def test_every_command_help_is_the_same_as_from_the_full_parser(capsys):
     assert proc.returncode == 0 and "usage: aks-flex-node token" in proc.stdout and "--root" in proc.stdout
     proc = run_cli("--help")
     assert proc.returncode == 0
-    for name, text, _ in cli.SUBCOMMANDS:
+    for name, text, _ in arguments.SUBCOMMANDS:
         assert name in proc.stdout and text.split()[0] in proc.stdout
 
 
 def test_the_default_paths_in_the_help_are_the_package_paths():
-    assert (cli.DEFAULT_CONFIG, cli.DEFAULT_SECRET) == (paths.CONFIG, paths.SECRET)
+    assert (arguments.DEFAULT_CONFIG, arguments.DEFAULT_SECRET) == (paths.CONFIG, paths.SECRET)
 
 
 def test_the_command_word_skips_option_values():

@@ -35,7 +35,7 @@ KNOWN = {
     "lifecycle.py": 6,
     "maintscript.py": 6,
     "node_files.py": 9,
-    "preflight.py": 12,
+    "preflight/__init__.py": 12,
     "steps/context.py": 1,  # the Downloader's cache directory
     "steps/kubelet_auth.py": 1,  # the kubelet's certificate, for the kube client
     "strictmodes.py": 4,

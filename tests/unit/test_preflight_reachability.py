@@ -13,6 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
 from aks_flex_node import preflight
+from aks_flex_node.preflight import reachability
 from aks_flex_node.errors import ExitCode
 from aks_flex_node.http_policy import DIRECT, HttpPolicy
 from tests.emulator import tls
@@ -86,26 +87,26 @@ def listen():
 def test_one_dropped_connection_is_tried_again(listen):
     # Fault matrix "entra drop", "himds drop", "apiserver drop": this used to fail preflight.
     server = listen("drop", "answer")
-    assert preflight._reachable(server.url, DIRECT, pause=0) is None
+    assert reachability.reachable(server.url, DIRECT, pause=0) is None
     assert server.connections == 2
 
 
 def test_one_stall_is_tried_again(listen):
     server = listen("stall", "answer")
-    assert preflight._reachable(server.url, DIRECT, timeout=0.5, pause=0) is None
+    assert reachability.reachable(server.url, DIRECT, timeout=0.5, pause=0) is None
     assert server.connections == 2
 
 
 def test_drops_that_last_are_transient(listen):
     server = listen("drop")
-    failure = preflight._reachable(server.url, DIRECT, pause=0)
+    failure = reachability.reachable(server.url, DIRECT, pause=0)
     assert failure.transient and ("reset" in failure.why or "closed" in failure.why)
     assert server.connections == 2
 
 
 def test_stalls_that_last_are_transient(listen):
     server = listen("stall")
-    failure = preflight._reachable(server.url, DIRECT, timeout=0.3, pause=0)
+    failure = reachability.reachable(server.url, DIRECT, timeout=0.3, pause=0)
     assert failure.transient and "timed out" in failure.why
 
 
@@ -127,7 +128,7 @@ def test_refused_is_definite_and_not_retried(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", counted_connect)
     slept = pauses(monkeypatch)
-    failure = preflight._reachable(url, DIRECT, pause=5)
+    failure = reachability.reachable(url, DIRECT, pause=5)
     assert not failure.transient and "refused" in failure.why
     assert len(attempts) == 1 and slept == []  # no pause: not tried again
 
@@ -135,7 +136,7 @@ def test_refused_is_definite_and_not_retried(monkeypatch):
 def test_a_certificate_that_does_not_verify_is_definite(listen, tmp_path):
     _ca, paths = tls.ensure_pki(tmp_path)  # a CA nobody trusts
     server = listen("answer", tls_paths={"cert": str(paths["cert"]), "key": str(paths["key"])})
-    failure = preflight._reachable(server.url, DIRECT, pause=5)
+    failure = reachability.reachable(server.url, DIRECT, pause=5)
     assert not failure.transient
     assert failure.why == ("TLS certificate verify failed against the system's CAs: "
                            "unable to get local issuer certificate")
@@ -147,7 +148,7 @@ def test_the_emulators_certificates_pass_the_strict_profile(listen, tmp_path):
     the RFC 5280 checks every context of ours makes (http_policy.verifying_context)."""
     _ca, paths = tls.ensure_pki(tmp_path)
     server = listen("answer", tls_paths={"cert": str(paths["cert"]), "key": str(paths["key"])})
-    assert preflight._reachable(server.url, HttpPolicy(ca_bundle=paths["ca"]), pause=5) is None
+    assert reachability.reachable(server.url, HttpPolicy(ca_bundle=paths["ca"]), pause=5) is None
 
 
 def test_a_leaf_without_authority_key_id(listen, tmp_path, monkeypatch):
@@ -166,17 +167,17 @@ def test_a_leaf_without_authority_key_id(listen, tmp_path, monkeypatch):
     ).sign(ca.key, hashes.SHA256())
     (tmp_path / "bare.pem").write_bytes(bare.public_bytes(serialization.Encoding.PEM))
     server = listen("answer", tls_paths={"cert": str(tmp_path / "bare.pem"), "key": str(paths["key"])})
-    assert preflight._reachable(server.url, HttpPolicy(ca_bundle=paths["ca"]), pause=5) is None
+    assert reachability.reachable(server.url, HttpPolicy(ca_bundle=paths["ca"]), pause=5) is None
     # OpenSSL's default verify paths (the system's CAs) are read from SSL_CERT_FILE when set.
     monkeypatch.setenv("SSL_CERT_FILE", paths["ca"])
-    failure = preflight._reachable(server.url, DIRECT, pause=5)
+    failure = reachability.reachable(server.url, DIRECT, pause=5)
     assert not failure.transient
     assert failure.why == "TLS certificate verify failed against the system's CAs: Missing Authority Key Identifier"
 
 
 def test_dns_answers():
-    assert not preflight._is_transient(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
-    assert preflight._is_transient(socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"))
+    assert not reachability.is_transient(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
+    assert reachability.is_transient(socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"))
 
 
 def result(name, transient):

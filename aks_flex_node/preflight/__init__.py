@@ -5,17 +5,13 @@ A check returns None (pass) or a Finding. Errors stop a bootstrap unless named i
 """
 
 import dataclasses
-import http.client
 import os
 import platform
 import shutil
 import socket
-import ssl
-import time
-import urllib.error
-import urllib.request
 
 from aks_flex_node.config.joinmode import JoinMode
+from aks_flex_node.preflight import reachability
 from aks_flex_node.errors import PreflightError, TemporaryError
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
@@ -204,69 +200,6 @@ def check_azcmagent(ctx):
                        "(https://aka.ms/azcmagent-linux), then run again")
 
 
-# A reachability probe that failed in a transient way is tried once more after this pause.
-RETRY_PAUSE = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Unreachable:
-    why: str
-    transient: bool
-
-
-def _is_transient(reason):
-    """Whether a failure to reach an endpoint may pass on its own. Transient: a timeout (a
-    stall, or a firewall that drops packets: we cannot tell them apart, and the message
-    still names the firewall), a connection reset, aborted or closed without an answer (also
-    mid TLS handshake), and a DNS answer of "try again" (EAI_AGAIN). Definite, needing
-    a fix: a name that does not resolve, a refused connection (nothing listens there, or a
-    firewall rejects us; for HIMDS, himdsd is not running though the agent says Connected),
-    a TLS certificate that does not verify, any other TLS or OS error."""
-    if isinstance(reason, ssl.SSLCertVerificationError):
-        return False
-    if isinstance(reason, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
-        return True
-    if isinstance(reason, socket.gaierror):
-        return reason.errno == socket.EAI_AGAIN
-    if isinstance(reason, ConnectionRefusedError):
-        return False
-    return isinstance(reason, (TimeoutError, ConnectionResetError, ConnectionAbortedError,
-                               BrokenPipeError, http.client.HTTPException))
-
-
-def _why(reason, policy, cafile):
-    """What to show of a failure: a certificate refusal names what it was checked against
-    (the operator's ca_bundle, a cluster CA file or the system's CAs) and OpenSSL's reason."""
-    if isinstance(reason, ssl.SSLCertVerificationError):
-        return f"TLS certificate verify failed against {policy.trusted(cafile)}: {reason.verify_message}"
-    return str(reason) or type(reason).__name__
-
-
-def _probe(url, policy, cafile, timeout):
-    opener = policy.opener(url, policy.ssl_context(cafile=cafile))
-    try:
-        opener.open(urllib.request.Request(url, method="GET"), timeout=timeout).close()
-    except urllib.error.HTTPError:
-        return None  # an answer, whatever its status
-    except urllib.error.URLError as exc:
-        return Unreachable(_why(exc.reason, policy, cafile), _is_transient(exc.reason))
-    except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
-        return Unreachable(_why(exc, policy, cafile), _is_transient(exc))
-    return None
-
-
-def _reachable(url, policy, cafile=None, timeout=5, pause=RETRY_PAUSE):
-    """None when an HTTP answer (any status) comes back, else an Unreachable saying why.
-    Through the proxy or not as the run's HttpPolicy says for `url`; `cafile` replaces its
-    CA bundle. A transient failure is tried once more after `pause` s, so one dropped
-    connection or one stall is not taken for a broken network."""
-    failure = _probe(url, policy, cafile, timeout)
-    if failure is not None and failure.transient:
-        time.sleep(pause)
-        failure = _probe(url, policy, cafile, timeout)
-    return failure
-
-
 def _unreachable(what, failure, remedy):
     again = " (tried twice)" if failure.transient else ""
     return Finding(ERROR, f"{what} is unreachable{again}: {failure.why}", remedy, transient=failure.transient)
@@ -276,7 +209,7 @@ def check_arm(ctx):
     endpoints = ctx.config.endpoints
     for label, url in (("Azure Resource Manager", endpoints.arm),
                        ("Entra ID", endpoints.authority)):
-        failure = _reachable(url, ctx.http_policy)
+        failure = reachability.reachable(url, ctx.http_policy)
         if failure:
             return _unreachable(f"{label} at {url}", failure,
                                 "check DNS, the firewall and https_proxy / no_proxy in the config")
@@ -290,7 +223,7 @@ def check_himds(ctx):
     if not shown or str(shown.get("status", "")).lower() != "connected":
         return None  # nothing to reach before the machine is connected
     # HIMDS is on this machine: always direct, whatever the proxy settings (azure/himds.py).
-    failure = _reachable(ctx.config.himds_endpoint, DIRECT)
+    failure = reachability.reachable(ctx.config.himds_endpoint, DIRECT)
     if failure:
         return _unreachable(f"HIMDS at {ctx.config.himds_endpoint}", failure,
                             "systemctl restart himdsd (the Azure Connected Machine agent)")
@@ -311,7 +244,7 @@ def check_cluster_api(ctx):
         except FlexNodeError:
             return None  # not known before the credentials phase; it is checked there
         ca_file = ctx.host.path(CA_PATH)
-    failure = _reachable(server.rstrip("/") + "/readyz", ctx.http_policy,
+    failure = reachability.reachable(server.rstrip("/") + "/readyz", ctx.http_policy,
                          cafile=ca_file if os.path.exists(ca_file) else None)
     if failure:
         return _unreachable(f"the cluster's API server {server}", failure,

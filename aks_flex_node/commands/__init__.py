@@ -1,0 +1,1 @@
+"""The command line: its grammar (arguments.py); cli.py runs the commands."""
