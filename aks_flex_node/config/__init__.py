@@ -12,6 +12,8 @@ The modules, each with one concern (callers use this package's names only):
   cluster_ref ClusterRef: the cluster a configuration names
   joinmode    JoinMode: the join modes and what each implies
   checks      configobj check functions and their patterns, one value at a time
+  checks_lists the list values' checks: labels, tags, reserved resources, eviction, taints
+  checks_net  the network values' checks: addresses, CIDRs, domains, host:port, no_proxy, the API server
   managed_dir the check of a directory aks-flex-node fills and removes (cache_dir)
   spec        the configspec: sections, keys, their order; the Validator of its types
   fileformat  parsing the file and the one-line rules a value must follow
@@ -28,32 +30,20 @@ Cheap to import: configobj and the stdlib only, no Azure SDK.
 import sys
 
 from aks_flex_node.config.checks import (
-    EVICTION_SIGNALS,
-    KUBELET_LABEL_NAMESPACES,
-    KUBELET_LABELS,
     MACHINE_NAME_EXPECTED,
     MACHINE_NAME_MAX,
-    RESERVED_RESOURCES,
-    TAINT_EFFECTS,
     Invalid,
     check_abs_path,
     check_checksum_template,
-    check_cidr,
     check_command,
-    check_dns_domain,
-    check_host_list,
-    check_host_port,
     check_image_ref,
     check_integer,
-    check_ip_address,
     check_k8s_name,
     check_k8s_version,
-    check_key_value_list,
     check_location,
     check_option,
     check_resource_group,
     check_resource_id,
-    check_taint_list,
     check_url,
     check_url_template,
     check_uuid,
@@ -61,6 +51,16 @@ from aks_flex_node.config.checks import (
     is_machine_name,
 )
 from aks_flex_node.config.loader import from_values, load, load_upstream_json
+from aks_flex_node.config.checks_lists import (
+    EVICTION_SIGNALS,
+    KUBELET_LABEL_NAMESPACES,
+    KUBELET_LABELS,
+    RESERVED_RESOURCES,
+    TAINT_EFFECTS,
+    check_key_value_list,
+    check_taint_list,
+)
+from aks_flex_node.config.checks_net import check_cidr, check_dns_domain, check_host_list, check_host_port, check_ip_address
 from aks_flex_node.config.cluster_ref import CLUSTER_ID_EXAMPLE, ClusterRef, parse_cluster_id
 from aks_flex_node.config.managed_dir import check_managed_dir
 from aks_flex_node.config.model import ARCHES, ARTIFACTS, MIRROR_FILENAMES, Config

@@ -5,7 +5,6 @@ and returns the typed value, or raises Invalid naming what is expected. They loo
 value only; what needs several keys or the host is in `semantic`.
 """
 
-import ipaddress
 import os
 import re
 import string
@@ -84,8 +83,6 @@ MAX_LENGTH = {
     "agent_pool": 64,  # 12 by the pattern; the check says so
     "api_server": 2048,
 }
-# Learn, "Use tags to organize your Azure resources": at most 50 tag name-value pairs.
-MAX_TAGS = 50
 _SHOWN_LENGTH = 40
 
 
@@ -136,30 +133,8 @@ _IMAGE_REF = re.compile(
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"  # path
     r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$",  # tag, digest
     re.ASCII)
-_QUANTITY = re.compile(r"^\d+(?:\.\d+)?(?:m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$", re.ASCII)
-_PERCENT = re.compile(r"^\d+(?:\.\d+)?%$", re.ASCII)
-_COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
-_NO_PROXY_ENTRY = re.compile(r"^[A-Za-z0-9.*:\[\]/_-]+$")
 
-# kubelet refuses --node-labels in the kubernetes.io / k8s.io namespaces except these
-# (kubernetes cmd/kubelet/app/options/options.go ValidateKubeletFlags and
-# pkg/kubelet/apis/well_known_labels.go).
-KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
-KUBELET_LABELS = (
-    "beta.kubernetes.io/arch", "beta.kubernetes.io/instance-type", "beta.kubernetes.io/os",
-    "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
-    "kubernetes.io/arch", "kubernetes.io/hostname", "kubernetes.io/os",
-    "node.kubernetes.io/instance-type", "topology.kubernetes.io/region", "topology.kubernetes.io/zone",
-)
-# kube-reserved resources and eviction signals the kubelet knows (kubelet flag reference).
-RESERVED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
-EVICTION_SIGNALS = (
-    "memory.available", "nodefs.available", "nodefs.inodesFree", "imagefs.available",
-    "imagefs.inodesFree", "containerfs.available", "containerfs.inodesFree", "pid.available",
-)
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-# Azure tag names: at most 512 characters, none of < > % & \ ? / ; values at most 256.
-_TAG_FORBIDDEN = set('<>%&\\?/')
+_COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 
 
 def check_uuid(value):
@@ -209,43 +184,6 @@ def check_agent_pool(value):
         return ""
     if not _AGENT_POOL.match(value):
         raise Invalid(value, AGENT_POOL_EXPECTED)
-    return value
-
-
-API_SERVER_EXPECTED = ("the API server as an https URL or host[:port], such as "
-                       "https://aks-edge-dns-12345678.hcp.westeurope.azmk8s.io:443 or 10.1.0.4:6443")
-
-
-def api_server_url(value):
-    """An api_server value as https://host:port (443 when it names none), or None if it is
-    not one: an https URL with nothing after the host but "/", or host[:port]."""
-    if any(c.isspace() for c in value) or "\0" in value:
-        return None
-    text = value if "://" in value else "https://" + value
-    try:
-        parts = urlsplit(text)
-        port = parts.port or 443
-    except ValueError:
-        return None
-    host = parts.hostname
-    if parts.scheme != "https" or not host or parts.username or parts.password:
-        return None
-    if parts.path not in ("", "/") or parts.query or parts.fragment or text.endswith(("?", "#")):
-        return None
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        if not all(_DNS_LABEL.match(label) for label in host.split(".")):
-            return None
-        return f"https://{host}:{port}"
-    return f"https://[{address}]:{port}" if address.version == 6 else f"https://{address}:{port}"
-
-
-def check_api_server(value):
-    if value == "":
-        return ""
-    if api_server_url(value) is None:
-        raise Invalid(value, API_SERVER_EXPECTED)
     return value
 
 
@@ -423,161 +361,4 @@ def check_checksum_template(value):
         raise Invalid(value, expected + " (at least {url} or {version}, or every version has the same checksum)")
     return value
 
-
-def _items(value, separator, what, example):
-    """Split "a=b,c=d" into pairs; the whole value is named in errors."""
-    pairs = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            raise Invalid(value, f"{what} separated by single commas, such as {example}")
-        name, sep, val = item.partition(separator)
-        if not sep:
-            raise Invalid(value, f"{what} such as {example}: {item!r} has no {separator!r}")
-        pairs.append((name.strip(), val.strip()))
-    names = [n for n, _ in pairs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise Invalid(value, f"{what} with each name once ({', '.join(duplicates)} repeated)")
-    return pairs
-
-
-def _is_qualified_name(name):
-    prefix, slash, base = name.rpartition("/")
-    if slash and not (len(prefix) <= 253 and all(_DNS_LABEL.match(p) for p in prefix.split("."))):
-        return False
-    return len(base) <= 63 and bool(_K8S_NAME_PART.match(base))
-
-
-def _is_label_value(val):
-    return val == "" or (len(val) <= 63 and bool(_K8S_NAME_PART.match(val)))
-
-
-def _label_namespace_allowed(name):
-    namespace = name.rpartition("/")[0]
-    is_kubernetes = any(namespace == d or namespace.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
-    if not is_kubernetes or name in KUBELET_LABELS:
-        return True
-    return any(namespace == ns or namespace.endswith("." + ns) for ns in KUBELET_LABEL_NAMESPACES)
-
-
-def check_key_value_list(value, kind="label"):
-    """label, tag and reserved lists are name=value; eviction lists are signal<threshold.
-    The typed value is the list of normalised "name=value" (or "signal<threshold") items."""
-    if value == "":
-        return []
-    separator = "<" if kind == "eviction" else "="
-    if kind == "label":
-        pairs = _items(value, "=", "name=value labels", "tier=edge,site=lyon")
-        for name, val in pairs:
-            if not _is_qualified_name(name) or not _is_label_value(val):
-                raise Invalid(value, f"Kubernetes labels name=value: {name}={val} is not a valid label "
-                                     "(names and values: up to 63 letters, digits, '-', '_', '.', "
-                                     "alphanumeric at both ends; a name may have a DNS prefix/)")
-            if not _label_namespace_allowed(name):
-                raise Invalid(value, f"labels the kubelet may set: {name} is in the kubernetes.io/k8s.io "
-                                     f"namespace, where only {', '.join(KUBELET_LABEL_NAMESPACES)} "
-                                     "prefixes and the well-known labels are allowed; add it with "
-                                     "kubectl label after the node joined")
-    elif kind == "tag":
-        pairs = _items(value, "=", "name=value tags", "env=edge,site=lyon")
-        if len(pairs) > MAX_TAGS:
-            raise Invalid(value, f"at most {MAX_TAGS} Azure tags (there are {len(pairs)})",
-                          shown=shorten(value))
-        for name, val in pairs:
-            if not name or len(name) > 512 or _TAG_FORBIDDEN & set(name) or len(val) > 256:
-                raise Invalid(value, f"Azure tags name=value: {name}={val} is not valid (names up to "
-                                     "512 characters without < > % & \\ ? /, values up to 256)")
-    elif kind == "reserved":
-        pairs = _items(value, "=", "resource=quantity pairs", "cpu=100m,memory=512Mi")
-        for name, val in pairs:
-            if name not in RESERVED_RESOURCES or not _QUANTITY.match(val):
-                raise Invalid(value, "resource=quantity pairs with resource one of "
-                                     f"{', '.join(RESERVED_RESOURCES)} and a quantity such as 100m or 512Mi "
-                                     f"({name}={val} is not)")
-    elif kind == "eviction":
-        pairs = _items(value, "<", "signal<threshold pairs", "memory.available<100Mi,nodefs.available<10%")
-        for name, val in pairs:
-            if name not in EVICTION_SIGNALS or not (_QUANTITY.match(val) or _PERCENT.match(val)):
-                raise Invalid(value, f"signal<threshold pairs with signal one of {', '.join(EVICTION_SIGNALS)} "
-                                     f"and a quantity or percentage such as 100Mi or 10% ({name}<{val} is not)")
-    else:
-        raise ValueError(f"configspec: unknown key_value_list kind {kind!r}")
-    return [f"{name}{separator}{val}" for name, val in pairs]
-
-
-def check_taint_list(value):
-    if value == "":
-        return []
-    taints = []
-    expected = ("taints key=value:Effect or key:Effect separated by commas, Effect one of "
-                + ", ".join(TAINT_EFFECTS))
-    for item in value.split(","):
-        item = item.strip()
-        head, colon, effect = item.rpartition(":")
-        key, _, val = head.partition("=")
-        if not colon or effect not in TAINT_EFFECTS or not _is_qualified_name(key) or not _is_label_value(val):
-            raise Invalid(value, f"{expected} ({item!r} is not)")
-        taints.append(item)
-    return taints
-
-
-def check_ip_address(value):
-    if value == "":
-        return ""
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise Invalid(value, "an IPv4 or IPv6 address such as 10.0.0.10") from None
-
-
-def check_cidr(value, min_addresses="1"):
-    """A network as address/prefix-length, the prefix length written out (ipaddress takes
-    a bare address as a /32), with at least `min_addresses` addresses."""
-    expected = "a network in CIDR notation with no host bits set, such as 10.244.0.0/24"
-    address, slash, length = value.partition("/")
-    if not slash or not (length.isascii() and length.isdigit()):
-        raise Invalid(value, expected + ": the /prefix-length is required")
-    try:
-        network = ipaddress.ip_network(value, strict=True)
-    except ValueError:
-        raise Invalid(value, expected) from None
-    least = int(min_addresses)
-    if network.num_addresses < least:
-        longest = network.max_prefixlen - (least - 1).bit_length()
-        raise Invalid(value, f"{expected}, of at least {least} addresses: /{longest} or shorter "
-                             f"(a /{network.prefixlen} has {network.num_addresses})")
-    return str(network)
-
-
-def check_dns_domain(value):
-    if len(value) > 253 or not all(_DNS_LABEL.match(label) for label in value.split(".")):
-        raise Invalid(value, "a lowercase DNS domain such as cluster.local")
-    return value
-
-
-def check_host_port(value):
-    expected = "host:port such as 127.0.0.1:10257 (an IPv6 address in brackets: [::1]:10257)"
-    host, colon, port = value.rpartition(":")
-    if not colon or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise Invalid(value, expected)
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise Invalid(value, expected) from None
-    elif not host or not all(_DNS_LABEL.match(label) for label in host.lower().split(".")):
-        raise Invalid(value, expected)
-    return value
-
-
-def check_host_list(value):
-    if value == "":
-        return []
-    entries = [e.strip() for e in value.split(",")]
-    for entry in entries:
-        if not entry or not _NO_PROXY_ENTRY.match(entry):
-            raise Invalid(value, "hosts, .domains, IP addresses or CIDRs separated by commas, "
-                                 f"such as localhost,127.0.0.1,.example.com ({entry!r} is not)")
-    return entries
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from aks_flex_node import clouds
 from aks_flex_node.config import spec
-from aks_flex_node.config.checks import ValidateError, api_server_url
+from aks_flex_node.config.checks import ValidateError
+from aks_flex_node.config.checks_net import api_server_url
 from aks_flex_node.config.cluster_ref import parse_cluster_id
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.config.named_files import read_bootstrap_token

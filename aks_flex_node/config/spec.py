@@ -10,7 +10,7 @@ import importlib.resources
 
 import configobj
 
-from aks_flex_node.config import checks
+from aks_flex_node.config import checks, checks_lists, checks_net
 from aks_flex_node.config.checks import Invalid
 from aks_flex_node.config.managed_dir import check_managed_dir
 
@@ -33,16 +33,16 @@ CHECKS = {
     "image_ref": checks.check_image_ref,
     "url_template": checks.check_url_template,
     "checksum_template": checks.check_checksum_template,
-    "key_value_list": checks.check_key_value_list,
-    "taint_list": checks.check_taint_list,
-    "ip_address": checks.check_ip_address,
-    "cidr": checks.check_cidr,
-    "dns_domain": checks.check_dns_domain,
-    "host_port": checks.check_host_port,
-    "host_list": checks.check_host_list,
+    "key_value_list": checks_lists.check_key_value_list,
+    "taint_list": checks_lists.check_taint_list,
+    "ip_address": checks_net.check_ip_address,
+    "cidr": checks_net.check_cidr,
+    "dns_domain": checks_net.check_dns_domain,
+    "host_port": checks_net.check_host_port,
+    "host_list": checks_net.check_host_list,
     "role_preset": checks.check_role_preset,
     "agent_pool": checks.check_agent_pool,
-    "api_server": checks.check_api_server,
+    "api_server": checks_net.check_api_server,
 }
 
 
