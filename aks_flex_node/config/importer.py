@@ -16,7 +16,8 @@ The token and the CA go next to the secret file (--secret-file's directory, by d
 import dataclasses
 import os
 
-from aks_flex_node import paths, upstream_config
+from aks_flex_node import paths
+from aks_flex_node.config import upstream as upstream_config
 from aks_flex_node import strictmodes
 from aks_flex_node.config.fileformat import locate
 from aks_flex_node.config.loader import check_text, load

@@ -77,7 +77,7 @@ def load_upstream_json(path, root="/", overrides=None):
     them, are held in memory only (Config.client_secret(), bootstrap_token(), cluster_ca());
     conversion warnings are in Config.warnings.
     """
-    from aks_flex_node import upstream_config
+    from aks_flex_node.config import upstream as upstream_config
 
     file_path = locate(path, root)
     unsafe = strictmodes.problems("config file", str(file_path), file_path, root)

@@ -29,6 +29,7 @@ KNOWN = {
     "config/importer.py": 5,
     "config/named_files.py": 2,
     "config/semantic.py": 3,
+    "config/upstream.py": 2,
     "debconf_answers.py": 3,
     "debconf_channel.py": 3,  # debconf's file descriptors
     "engine/lock.py": 3,
@@ -40,7 +41,6 @@ KNOWN = {
     "steps/kubelet_auth.py": 1,  # the kubelet's certificate, for the kube client
     "strictmodes.py": 4,
     "token.py": 8,
-    "upstream_config.py": 2,
 }
 
 

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from aks_flex_node import config, upstream_config
+from aks_flex_node import config
+from aks_flex_node.config import upstream as upstream_config
 from aks_flex_node.config import importer
 from aks_flex_node.errors import ConfigError
 from tests.config_fixtures import make_root

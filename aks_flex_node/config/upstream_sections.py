@@ -1,180 +1,26 @@
-"""Converting the upstream Go agent's config.json (Azure/AKSFlexNode v0.0.x) into our keys.
-
-The schema is upstream's pkg/config/structs.go and pkg/config/config.go (v0.0.10, plus the
-later node.taints and node.kubelet.nodeIP), and the newer shape of the same file that
-mirrors AKS's listBootstrapData answer (docs/usage/configuration.md, legacy_config.go):
-azure.targetAgentPoolName, components.{kubernetes,containerd,runc,sandboxImage},
-networking.{dnsServiceIP,cniVersion}, node.kubelet.{clusterFQDN,caCertData}, agent.nodeName.
-The result is plain text values by key, for config.write() (by `aks-flex-node config
-import`) or config.from_values() (`--config config.json`); their meaning is checked there.
-This module only maps, and reports what it cannot map: every problem at once in a
-ConfigError, every ignored key in a warning that names it.
-
-The join mode comes from what the file holds:
-- targetAgentPoolName and a node credential (servicePrincipal or managedIdentity):
-  join_mode = agent-pool. The credential fetches a fresh token, server and CA from
-  listBootstrapData at every join, so a token, server or CA in the file (the initial
-  ones upstream's boot command renders) is not kept: it expires, and would override AKS's.
-- a bootstrapToken without such a pair: join_mode = bootstrap-token, with
-  node.kubelet.serverURL (v0.0.10) or clusterFQDN (newer) and caCertData (base64 PEM).
-- neither: join_mode = arc, where upstream's auth "modes" only choose the credential for
-  our own Azure calls: servicePrincipal -> service-principal, managedIdentity ->
-  managed-identity, and neither -> azure-cli (what upstream does in Arc mode).
-
-Secrets never go into our configuration file: the SP client secret, the bootstrap token
-and the cluster CA are returned apart, for the caller to write to files the configuration
-names (or to hold in memory).
-"""
+"""The sections of the upstream agent's config.json, each mapped to our keys (config/upstream.py
+says what the file is and how the join mode is chosen): azure, the join mode and its token,
+auth, arc, the cluster, the versions, the node. Each function takes the conversion under way
+and records values, secrets, problems and warnings on it."""
 
 import base64
 import binascii
-import json
-import os
 import re
-import stat
 
 from aks_flex_node import clouds
 from aks_flex_node.config.checks import shorten
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.config.named_files import BOOTSTRAP_TOKEN, BOOTSTRAP_TOKEN_FORM, has_certificate
-from aks_flex_node.errors import ConfigError, ConfigProblem
 
 REDACTED = "***"
 MISSING = "(missing)"
-# Upstream's README examples are about 1 KiB; a file a thousand times that is not one.
-MAX_FILE_SIZE = 1 << 20
+
+
 # A Go fmt verb, as in upstream's kubernetes.urlTemplate (pkg/config/config.go).
 _GO_TEMPLATE_VERB = re.compile(r"%(\[\d+\])?[a-zA-Z%]")
 
-# Keys we read nowhere, with why; anything else unknown gets a generic warning.
-_IGNORED = {
-    "azure.arc.autoRoleAssignment":
-        "not an upstream field either (a v0.0.10 docs mistake); roles are always assigned, see role_preset",
-    "agent.logDir": "aks-flex-node logs to the journal",
-    "agent.enableDriftDetectionAndRemediation": "aks-flex-node has no drift remediation daemon",
-    "runc.url": "unused by upstream since v0.0.3; see runc_url",
-    "node.kubelet.verbosity": "not configurable",
-    "node.kubelet.imageGCHighThreshold": "not configurable",
-    "node.kubelet.imageGCLowThreshold": "not configurable",
-    "node.kubelet.serverURL": "only used with a bootstrap token; the server comes from the cluster",
-    "node.kubelet.clusterFQDN": "only used with a bootstrap token; the server comes from the cluster",
-    "node.kubelet.caCertData": "only used with a bootstrap token; the CA comes from the cluster",
-    "azure.arc.enabled": "aks-flex-node decides from targetAgentPoolName and bootstrapToken",
-    "agent.machineClient.mode": "aks-flex-node registers the Machine through ARM (join_mode = agent-pool)",
-    "agent.machineClient.endpointUrl": "aks-flex-node registers the Machine through ARM",
-    "agent.machineReconcileInterval": "aks-flex-node has no Machine reconcile daemon",
-    "agent.requireMachineRegistration": "with join_mode = agent-pool the Machine registration is always required",
-    "agent.machineOperationMode": "with join_mode = agent-pool the Machine is always registered",
-}
-_IGNORED_PREFIXES = {
-    "npd.": "aks-flex-node does not install node-problem-detector",
-    "paths.": "the paths are fixed",
-}
 
-
-class _Conversion:
-    def __init__(self, document):
-        self.document = document
-        self.values = {}
-        self.secrets = {}
-        self.warnings = []
-        self.problems = []
-        self.used = set()  # paths read
-        self.whole = set()  # objects read with everything in them (labels, tags...)
-        self.mode = JoinMode.ARC  # join_mode, decided by _join_mode
-
-    def get(self, path, kinds=None):
-        """The value at a dotted path, or None; a value of the wrong JSON type is a problem."""
-        node = self.document
-        for part in path.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        self.used.add(path)
-        if kinds is not None and node is not None and not isinstance(node, kinds):
-            names = {str: "a string", dict: "an object", list: "a list", bool: "true or false", int: "a number"}
-            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-            wanted = " or ".join(names.get(k, k.__name__) for k in kinds)
-            self.problem(path, node, wanted)
-            return None
-        return node
-
-    def text(self, path):
-        value = self.get(path, str)
-        return value.strip() if isinstance(value, str) and value.strip() else None
-
-    def problem(self, path, value, expected):
-        if path.lower().endswith(("secret", "token")) and value not in (None, "", MISSING):
-            value = REDACTED  # a secret is never echoed, even a malformed one
-        self.problems.append(ConfigProblem(path, value, expected))
-
-    def warn(self, path, why):
-        self.warnings.append(f"{path}: ignored: {why}")
-
-    def set(self, key, value):
-        if value not in (None, ""):
-            self.values[key] = value
-
-
-def convert(document):
-    """(values, secrets, warnings) from a parsed config.json; ConfigError on what cannot be
-    converted. values: key -> text; secrets: {"sp_client_secret": ...} when present."""
-    if not isinstance(document, dict):
-        raise ConfigError([ConfigProblem("config.json", type(document).__name__, "a JSON object")])
-    c = _Conversion(document)
-    _azure(c)
-    _join_mode(c)
-    _auth(c)
-    _arc(c)
-    _cluster(c)
-    _versions(c)
-    _node(c)
-    level = c.text("agent.logLevel")
-    c.set("log_level", level.lower() if level else None)
-    _report_unused(c)
-    if c.problems:
-        raise ConfigError(c.problems)
-    return c.values, c.secrets, c.warnings
-
-
-def load_file(path):
-    """convert() of a config.json file, with errors naming the file. The file holding a
-    client secret while others can read it earns a warning."""
-    source = str(path)
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            data = f.read(MAX_FILE_SIZE + 1)
-    except OSError as err:
-        problem = ConfigProblem("config file", source, f"a readable file ({err.strerror})")
-        raise ConfigError([problem], source=source) from None
-    if len(data) > MAX_FILE_SIZE:
-        raise ConfigError([ConfigProblem("config file", source, f"a config.json of at most {MAX_FILE_SIZE} bytes")],
-                          source=source)
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError([ConfigProblem("config file", source, "UTF-8 JSON")], source=source) from None
-    except RecursionError:
-        raise ConfigError([ConfigProblem("config file", source, "JSON nested a few levels deep, as a config.json "
-                                                                "is")], source=source) from None
-    except ValueError as err:
-        where = f"line {err.lineno} column {err.colno}" if hasattr(err, "lineno") else "JSON"
-        raise ConfigError([ConfigProblem(where, err.msg if hasattr(err, "msg") else str(err), "valid JSON")],
-                          source=source) from None
-    try:
-        values, secrets, warnings = convert(document)
-    except ConfigError as err:
-        raise ConfigError(err.problems, source=source) from None
-    held = [what for name, what in (("sp_client_secret", "a client secret"), ("bootstrap_token", "a bootstrap token"))
-            if secrets.get(name)]
-    if held and stat.S_IMODE(st.st_mode) & 0o077:
-        warnings.append(f"{source} holds {' and '.join(held)} and others can read it (mode "
-                        f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it, or better, import it and delete it")
-    return values, secrets, warnings
-
-
-def _azure(c):
+def azure(c):
     if "azure" not in c.document:
         c.problem("azure", MISSING, "an object with subscriptionId, tenantId and targetCluster")
     c.get("azure", dict)  # a problem if it is not an object
@@ -200,7 +46,7 @@ def _has_identity(c):
     return isinstance(azure, dict) and ("servicePrincipal" in azure or "managedIdentity" in azure)
 
 
-def _join_mode(c):
+def join_mode(c):
     """join_mode from targetAgentPoolName, a node credential and bootstrapToken (see the
     module's docstring), and the bootstrap-token mode's token, server and CA."""
     pool = c.text("azure.targetAgentPoolName")
@@ -273,7 +119,7 @@ def _bootstrap_token(c, token):
         c.secrets["cluster_ca"] = pem
 
 
-def _auth(c):
+def auth(c):
     sp = c.get("azure.servicePrincipal", dict)
     has_mi = isinstance(c.document.get("azure"), dict) and "managedIdentity" in c.document["azure"]
     mi = c.get("azure.managedIdentity", (dict, type(None)))
@@ -331,7 +177,7 @@ def _warn_arc_disabled(c, what):
                           f"Azure Arc; {what} makes the Azure calls, the kubelet uses the Arc identity")
 
 
-def _arc(c):
+def arc(c):
     # The node's name: azure.arc.machineName (v0.0.10), agent.nodeName (newer files).
     path = "azure.arc.machineName" if c.text("azure.arc.machineName") else "agent.nodeName"
     name = c.text(path)
@@ -350,7 +196,7 @@ def _arc(c):
     c.set("arc_tags", _pairs(c, "azure.arc.tags", "="))
 
 
-def _cluster(c):
+def cluster(c):
     target = c.get("azure.targetCluster", dict)
     resource_id = c.text("azure.targetCluster.resourceId")
     if not resource_id:
@@ -370,7 +216,7 @@ def _either(c, key, newer, legacy):
     c.set(key, new_value or old_value)
 
 
-def _versions(c):
+def versions(c):
     _either(c, "kubernetes_version", "components.kubernetes", "kubernetes.version")
     version = c.values.get("kubernetes_version")
     if version and version[0] in "vV":
@@ -407,7 +253,7 @@ def _from_go_template(template):
     return _GO_TEMPLATE_VERB.sub(lambda m: "%" if m.group(0) == "%%" else next(fields), template)
 
 
-def _node(c):
+def node(c):
     max_pods = c.get("node.maxPods", int)
     if isinstance(max_pods, bool):
         c.problem("node.maxPods", max_pods, "a number")
@@ -449,22 +295,3 @@ def _pairs_of(c, path, mapping, separator):
             continue
         items.append(f"{key.strip()}{separator}{value.strip()}")
     return ",".join(items)
-
-
-def _leaves(node, prefix=""):
-    if isinstance(node, dict) and node:
-        for key, value in node.items():
-            yield from _leaves(value, f"{prefix}.{key}" if prefix else key)
-    else:
-        yield prefix, node
-
-
-def _report_unused(c):
-    for path, _value in _leaves(c.document):
-        if path in c.used or any(path.startswith(whole + ".") for whole in c.whole):
-            continue
-        if path in _IGNORED:
-            c.warn(path, _IGNORED[path])
-            continue
-        prefix = next((p for p in _IGNORED_PREFIXES if path.startswith(p)), None)
-        c.warn(path, _IGNORED_PREFIXES[prefix] if prefix else "not a key aks-flex-node knows")
