@@ -217,35 +217,30 @@ def cmd_config(args):
 
 def cmd_upgrade(args):
     from aks_flex_node import operations, upgrade
-    from aks_flex_node.engine.ledger import Ledger
-    from aks_flex_node.steps.kubernetes import UPGRADE_ID, UPGRADE_KIND
 
     cfg = load_config(args)
     host = _make_host(args)
     json_out = getattr(args, "json", False)
-    target = upgrade.target_of(cfg, args.to)
-    plan = upgrade.run(upgrade.node_client(cfg, host), cfg.machine_name, cfg.kubernetes_version, to=target,
-                       drain_timeout=cfg.upgrade_drain_timeout, ready_timeout=cfg.node_ready_timeout)
-    under_way = (Ledger(host).get(UPGRADE_KIND, UPGRADE_ID) or {}).get("phase") not in (None, "failed")
-    if args.dry_run or not (plan["needed"] or under_way):
+    plan = upgrade.plan(cfg, host, args.to)
+    if args.dry_run or not plan.runs:
         if json_out:
-            _print_json(plan)
-        elif not plan["needed"]:
-            print(f"node {plan['node']}: kubelet {plan['kubelet']} is already at {plan['target']} "
-                  f"(kube-apiserver {plan['apiserver']}): nothing to do")
+            _print_json(plan.to_dict())
+        elif not plan.needed:
+            print(f"node {plan.node}: kubelet {plan.kubelet} is already at {plan.target} "
+                  f"(kube-apiserver {plan.apiserver}): nothing to do")
         else:
-            print(f"would upgrade node {plan['node']} from kubelet {plan['kubelet']} to {plan['target']} "
-                  f"(kube-apiserver {plan['apiserver']}; the version-skew policy allows it):")
-            for number, step in enumerate(plan["steps"], 1):
+            print(f"would upgrade node {plan.node} from kubelet {plan.kubelet} to {plan.target} "
+                  f"(kube-apiserver {plan.apiserver}; the version-skew policy allows it):")
+            for number, step in enumerate(plan.steps, 1):
                 print(f"  {number}. {step}")
         return int(ExitCode.OK)
     # The run is a bootstrap with the target as kubernetes_version: the kubernetes phase
     # installs it side by side, the kubelet-upgrade phase switches (steps/kubelet_upgrade.py).
     if not cfg.kubernetes_version:
-        cfg = cfg.overlaid({"kubernetes_version": plan["target"]}, "upgrade --to" if args.to else "the API server")
+        cfg = cfg.overlaid({"kubernetes_version": str(plan.target)}, "upgrade --to" if args.to else "the API server")
     result, summary = operations.bootstrap(cfg, host, lock_wait=args.wait_lock, upgrade=True,
                                            progress=None if json_out else output.PhasePrinter())
-    summary["upgrade"] = {k: plan[k] for k in ("node", "apiserver", "kubelet", "target")}
+    summary["upgrade"] = {k: v for k, v in plan.to_dict().items() if k in ("node", "apiserver", "kubelet", "target")}
     if json_out:
         _print_json(summary)
     if result.error is not None:
@@ -255,8 +250,8 @@ def cmd_upgrade(args):
             _report_error(error, json_out=False)
         return int(error.exit_code)
     if not json_out:
-        print(f"upgrade complete in {summary['duration_s']:.1f}s: node {plan['node']} runs kubelet "
-              f"{plan['target']} (was {plan['kubelet']})")
+        print(f"upgrade complete in {summary['duration_s']:.1f}s: node {plan.node} runs kubelet "
+              f"{plan.target} (was {plan.kubelet})")
     return int(ExitCode.OK)
 
 

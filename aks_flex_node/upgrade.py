@@ -10,6 +10,7 @@ allowed whatever its patch number.
 """
 
 from dataclasses import dataclass
+from typing import Tuple
 
 from aks_flex_node.errors import FlexNodeError, PreflightError, UsageError
 from aks_flex_node.kubeversion import KubeVersion, VersionError
@@ -129,14 +130,50 @@ def node_client(cfg, host):
     return auth.client(ctx)
 
 
-def run(client, node_name, configured, to=None, drain_timeout=1800, ready_timeout=300):
-    """Check the versions and return the plan (a dict); change nothing. SkewError when the
+@dataclass(frozen=True)
+class UpgradePlan:
+    """What `aks-flex-node upgrade` would do (its --dry-run, its --json) and runs."""
+
+    node: str
+    apiserver: KubeVersion
+    kubelet: KubeVersion  # the node's kubelet now
+    kubelet_from: str  # where `kubelet` was read
+    target: KubeVersion
+    needed: bool  # the kubelet is not at `target` yet
+    steps: Tuple[str, ...]  # what the upgrade does, in order (empty when not needed)
+    under_way: bool = False  # an upgrade the ledger records is not finished: a run finishes it
+
+    @property
+    def runs(self):
+        """Whether `upgrade` (without --dry-run) has a run to make."""
+        return self.needed or self.under_way
+
+    def to_dict(self):
+        return {"node": self.node, "apiserver": str(self.apiserver), "kubelet": str(self.kubelet),
+                "kubelet_from": self.kubelet_from, "target": str(self.target), "needed": self.needed,
+                "steps": list(self.steps), "under_way": self.under_way}
+
+
+def run(client, node_name, configured, to=None, drain_timeout=1800, ready_timeout=300, under_way=False):
+    """Check the versions and return the UpgradePlan; change nothing. SkewError when the
     policy forbids the target."""
     v = versions(client, node_name, configured, to)
     needed = check_target(v.current, v.target, v.apiserver)
-    return {"node": node_name, "apiserver": str(v.apiserver), "kubelet": str(v.current),
-            "kubelet_from": v.current_from, "target": str(v.target), "needed": needed,
-            "steps": plan_steps(node_name, v.current, v.target, drain_timeout, ready_timeout) if needed else []}
+    steps = plan_steps(node_name, v.current, v.target, drain_timeout, ready_timeout) if needed else []
+    return UpgradePlan(node_name, v.apiserver, v.current, v.current_from, v.target, needed, tuple(steps),
+                       under_way=under_way)
+
+
+def plan(cfg, host, to=None):
+    """The UpgradePlan of this node as configured: asked of its API server as the node, the
+    target `--to` (or the configuration's, or the API server's), and whether the ledger
+    records an upgrade under way (steps/kubernetes.py owns that record)."""
+    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.steps.kubernetes import upgrade_under_way
+
+    return run(node_client(cfg, host), cfg.machine_name, cfg.kubernetes_version, to=target_of(cfg, to),
+               drain_timeout=cfg.upgrade_drain_timeout, ready_timeout=cfg.node_ready_timeout,
+               under_way=upgrade_under_way(Ledger(host)) is not None)
 
 
 def target_of(cfg, to):

@@ -69,10 +69,17 @@ def node_registered(ctx):
     return ctx.ledger.has("node", ctx.config.machine_name)
 
 
+def upgrade_under_way(ledger):
+    """The ledger's record of a kubelet upgrade under way (recorded, not yet done nor failed:
+    steps/kubelet_upgrade.py), or None."""
+    record = ledger.get(UPGRADE_KIND, UPGRADE_ID)
+    return None if record is None or record.get("phase") == "failed" else record
+
+
 def upgrade_versions(ctx):
     """The versions an upgrade under way switches between (kept until it is done)."""
-    record = ctx.ledger.get(UPGRADE_KIND, UPGRADE_ID)
-    if record is None or record.get("phase") == "failed":
+    record = upgrade_under_way(ctx.ledger)
+    if record is None:
         return ()
     return tuple(v for v in (record.get("from"), record.get("to")) if v)
 CNI_BIN_DIR = "/opt/cni/bin"

@@ -71,6 +71,21 @@ def test_the_plan_names_every_stage_in_order():
     assert [next(i for i, s in enumerate(steps) if w in s) for w in words] == list(range(len(words)))
 
 
+def test_a_plan_runs_when_the_kubelet_is_behind_or_an_upgrade_is_under_way():
+    """The typed plan `upgrade` prints (--dry-run, --json) and acts on: an upgrade the ledger
+    records as under way is finished even when the Node already reports the target."""
+    at, behind = V("1.30.4", "t"), V("1.29.3", "c")
+    done = upgrade.UpgradePlan("n1", at, at, "node n1 status", at, False, ())
+    assert not done.runs
+    assert upgrade.UpgradePlan("n1", at, at, "node n1 status", at, False, (), under_way=True).runs
+    steps = tuple(upgrade.plan_steps("n1", behind, at, 60, 300))
+    plan = upgrade.UpgradePlan("n1", at, behind, "kubernetes_version in the configuration", at, True, steps)
+    assert plan.runs
+    assert plan.to_dict() == {"node": "n1", "apiserver": "1.30.4", "kubelet": "1.29.3",
+                              "kubelet_from": "kubernetes_version in the configuration", "target": "1.30.4",
+                              "needed": True, "steps": list(steps), "under_way": False}
+
+
 def test_upgrade_help_imports_no_step_module_nor_the_sdk():
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "aks_flex_node", "upgrade", "--help"],
                           cwd=REPO, capture_output=True, text=True)
