@@ -312,6 +312,15 @@ ubuntu-suite:
 # tools/ubuntu-root.sh. The root (build/ubuntu-resolute/root, with -updates and -security as
 # of its build; its package versions in build/ubuntu-resolute/versions) is made once and
 # again when what it is made of changes (the script's package list, mirror, key);
+# Every package a target of this Makefile installs on the build and test host, checked against
+# Debian 12's and 13's archives (tools/host-packages.py): the README's commands are promised
+# on a fresh machine of either. CI runs it.
+HOST_PACKAGES = $(APT_DEPS) $(TRIXIE_DEPS) $(DEB_BUILD_DEPS) $(DEB_TEST_DEPS) $(REPO_DEPS) $(E2E_DEPS) \
+                $(AUTOPKGTEST_DEPS) mmdebstrap gnupg curl systemd-container
+.PHONY: check-host-packages
+check-host-packages:
+	env PATH=$(SYSPATH) $(PY) tools/host-packages.py --suite bookworm --suite trixie $(sort $(HOST_PACKAGES))
+
 # `rm -rf build/ubuntu-resolute` takes newer updates.
 # Without the archive and without a root already made, the release is skipped, said plainly,
 # exit 0.
