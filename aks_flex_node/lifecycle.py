@@ -1,7 +1,7 @@
 """The join lifecycle: join (leaving a former cluster first), leave, and the pending mark.
 
 One owner for what the CLI, the agent and the Debian maintainer scripts all do:
-maintscript.py only turns debconf answers into calls here, and the agent finishes what
+maintainer/maintscript.py only turns debconf answers into calls here, and the agent finishes what
 `mark_pending` leaves. Everything printed here goes to `out` (stderr in a maintainer
 script, whose stdout is debconf's channel).
 """

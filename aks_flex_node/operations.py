@@ -110,7 +110,7 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
     removed (each with why), for the operator to clean; a dry run changes nothing.
     `drain`: cordon and drain the Node before it is deleted, within `drain_timeout` seconds
     (default drain.UNBOOTSTRAP_TIMEOUT); False: the Node is deleted with its pods."""
-    from aks_flex_node import drain as node_drain
+    from aks_flex_node.kube import drain as node_drain
     from aks_flex_node.steps.workflow import unbootstrap_steps
 
     started = time.time()

@@ -2,7 +2,7 @@
 
 One loop for every wait (the Arc identity, RBAC propagation, the Node Ready): try, and
 between tries sleep, doubling the delay up to `max_delay` (a fixed interval when they are
-equal), never past the deadline. Standard library only (kube.py and azure/ both use it).
+equal), never past the deadline. Standard library only (kube/ and azure/ both use it).
 """
 
 import time

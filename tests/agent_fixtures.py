@@ -11,10 +11,20 @@ from tests.waiting import wait_for
 PENDING = "/var/lib/aks-flex-node/join-pending"
 
 
+# Python 3.12+ warns when fork(2) is called from a process with other threads (a child
+# may deadlock on a lock another thread held). The agent forks each pass from its one
+# thread (agent.py). The warning is shown here (DeprecationWarnings are hidden by default;
+# made an error, CPython would still not raise it), so that on Debian 13's Python (make
+# test-trixie) a test that reads the agent's stderr proves no fork had a thread beside it.
+SHOW_FORK_WARNING = "default::DeprecationWarning:aks_flex_node.agent"
+FORK_WARNING = "use of fork() may lead to deadlocks"
+
+
 def start_agent(node, *args):
+    env = dict(node.env, PYTHONWARNINGS=SHOW_FORK_WARNING)
     return subprocess.Popen(
         [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root, *args],
-        env=node.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def status(node):

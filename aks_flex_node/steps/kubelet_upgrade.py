@@ -24,7 +24,8 @@ a power cut) is finished by the next run of bootstrap, the agent or `upgrade`: i
 record and carries on from that phase.
 """
 
-from aks_flex_node import drain, kube, upgrade
+from aks_flex_node import kube, upgrade
+from aks_flex_node.kube import drain
 from aks_flex_node.engine.step import ACTIVATE, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import kubernetes as kb

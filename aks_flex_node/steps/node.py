@@ -120,7 +120,7 @@ class NodeReadyStep(Step):
         ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(ctx.host, auth)
         client = auth.client(ctx)
         if ctx.options.drain_timeout is not None:
-            from aks_flex_node import drain
+            from aks_flex_node.kube import drain
 
             # Before the delete: a deleted Node's pods go by garbage collection, asking no
             # PodDisruptionBudget (kubernetes.io/docs/tasks/administer-cluster/safely-drain-node/).

@@ -6,7 +6,7 @@ by key). A case's fields:
 
   id        unique across the corpus (the family is prefixed: "config-values/max_pods-zero")
   run       "cli" (default): python3 -m aks_flex_node ARGV --root ROOT
-            "maintscript": python3 -m aks_flex_node.maintscript ARGV with DPKG_ROOT=ROOT
+            "maintscript": python3 -m aks_flex_node.maintainer.maintscript ARGV with DPKG_ROOT=ROOT
             "postinst": the package's config script and postinst under debconf, on a
             throwaway root and debconf database (tests/deb/sandbox.py), after `preseed`
   argv      the arguments; "{root}", "{work}" and "{repo}" are replaced by the node's root,

@@ -386,7 +386,7 @@ def run_cli(case, work):
     env = cli_env(case, root, work)
     args = [_subst(a, root, work) for a in case.argv]
     if case.run == "maintscript":
-        argv = [sys.executable, "-m", "aks_flex_node.maintscript", *args]
+        argv = [sys.executable, "-m", "aks_flex_node.maintainer.maintscript", *args]
         if "DPKG_ROOT" not in case.env:
             env["DPKG_ROOT"] = root
     else:

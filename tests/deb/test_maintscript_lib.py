@@ -1,4 +1,4 @@
-"""aks_flex_node.maintscript under the interpreter running the tests (both stacks): its
+"""aks_flex_node.maintainer.maintscript under the interpreter running the tests (both stacks): its
 decisions, and its debconf protocol client against debconf's real frontend."""
 
 import logging
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from aks_flex_node import debconf_answers, lifecycle, maintscript, node_files
+from aks_flex_node import lifecycle
+from aks_flex_node.maintainer import debconf_answers, maintscript, node_files
 from aks_flex_node.host import Host
 from tests.deb import sandbox as sb_mod
 from tests.deb.conftest import require_tools
@@ -79,7 +80,7 @@ def test_a_bad_unjoin_timeout_is_named_and_the_unjoin_goes_on(tmp_path, value):
     pending.write_text("")
     env = {k: v for k, v in os.environ.items() if k != "DEBIAN_HAS_FRONTEND"}
     env.update(DPKG_ROOT=str(tmp_path), AKS_FLEX_NODE_UNJOIN_TIMEOUT=value)
-    result = subprocess.run([sys.executable, "-m", "aks_flex_node.maintscript", "unjoin", "remove"],
+    result = subprocess.run([sys.executable, "-m", "aks_flex_node.maintainer.maintscript", "unjoin", "remove"],
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert f"AKS_FLEX_NODE_UNJOIN_TIMEOUT = {value!r}" in result.stderr
@@ -112,7 +113,7 @@ def test_render_config_speaks_debconf_with_this_interpreter(tmp_path):
     output = tmp_path / "new.conf"
     script = tmp_path / "run.sh"
     script.write_text(f"#!/bin/sh\n. /usr/share/debconf/confmodule\n"
-                      f"exec {sys.executable} -m aks_flex_node.maintscript render-config {output}\n")
+                      f"exec {sys.executable} -m aks_flex_node.maintainer.maintscript render-config {output}\n")
     script.chmod(0o755)
     result = subprocess.run([str(script)], capture_output=True, text=True, timeout=60,
                             env=sb.env(DEBCONF_PACKAGE="aks-flex-node"))

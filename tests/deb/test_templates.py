@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from aks_flex_node import config, debconf_answers
+from aks_flex_node import config
+from aks_flex_node.maintainer import debconf_answers
 from tests.deb import debtools
 from tests.deb.conftest import require_tools
 
@@ -100,7 +101,7 @@ def test_only_templates_are_used_that_exist(templates):
         used |= set(re.findall(r'db_\w+\s+(?:"?\$?\w+"?\s+)?"?aks-flex-node/([a-z_/]+)', text))
         used |= set(re.findall(r"^\s*ask (\w+)", text, re.M))
     for module in ("maintscript.py", "debconf_channel.py", "debconf_answers.py"):
-        library = (debtools.REPO / "aks_flex_node" / module).read_text()
+        library = (debtools.REPO / "aks_flex_node" / "maintainer" / module).read_text()
         used |= set(re.findall(r'(?:q|info)\("([a-z_/]+)"', library))
     used |= set(debconf_answers.QUESTION_KEYS) | {debconf_answers.SECRET_QUESTION}
     assert {"join", "invalid", "tenant_id", "on_join_failure", "progress/phase"} <= used

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from tests.agent_fixtures import PENDING, start_agent, status, wait_for_passes
+from tests.agent_fixtures import FORK_WARNING, PENDING, start_agent, status, wait_for_passes
 from tests.waiting import wait_for
 
 def test_agent_completes_a_pending_join_once_azure_answers(node):
@@ -49,6 +49,7 @@ def test_agent_completes_a_pending_join_once_azure_answers(node):
         agent.send_signal(signal.SIGTERM)
         out, err = agent.communicate(timeout=60)
     assert agent.returncode == 0, err
+    assert FORK_WARNING not in err, "the agent forked a pass beside another thread of its own"
     assert "retrying" in err
     # The service's journal (INFO by default) says what each pass changed and why: the
     # join, then the kubelet started again by a local pass.

@@ -1,6 +1,7 @@
 """What drain does with each pod (kubectl drain --ignore-daemonsets, k8s.io/kubectl/pkg/drain/filters.go)."""
 
-from aks_flex_node import drain, kube
+from aks_flex_node import kube
+from aks_flex_node.kube import drain
 
 
 def pod(name, owner=None, annotations=None, phase="Running", deleting=False):

@@ -30,12 +30,12 @@ KNOWN = {
     "config/named_files.py": 2,
     "config/semantic.py": 3,
     "config/upstream.py": 2,
-    "debconf_answers.py": 3,
-    "debconf_channel.py": 3,  # debconf's file descriptors
+    "maintainer/debconf_answers.py": 3,
+    "maintainer/debconf_channel.py": 3,  # debconf's file descriptors
     "engine/lock.py": 3,
     "lifecycle.py": 6,
-    "maintscript.py": 6,
-    "node_files.py": 9,
+    "maintainer/maintscript.py": 6,
+    "maintainer/node_files.py": 9,
     "preflight/__init__.py": 12,
     "steps/context.py": 1,  # the Downloader's cache directory
     "steps/kubelet_auth.py": 1,  # the kubelet's certificate, for the kube client

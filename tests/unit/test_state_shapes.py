@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from aks_flex_node import cli, node_files
+from aks_flex_node import cli
+from aks_flex_node.maintainer import node_files
 from aks_flex_node.engine import status as st
 from aks_flex_node.engine.ledger import KINDS, Ledger
 from aks_flex_node.engine.lock import RunLock, StateWriteError

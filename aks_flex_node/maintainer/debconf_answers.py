@@ -5,7 +5,7 @@ top of the current file so hand edits stay (docs/preseed.md), and moves a new cl
 secret into its own 0600 file and out of debconf's database at once (debconf-devel(7):
 passwords are cleared as soon as they are used). The join mode decides which keys it
 writes: those of another mode are emptied, and bootstrap-token leaves [auth] as it is.
-aks_flex_node.maintscript checks the files first and calls these only on files that can
+aks_flex_node.maintainer.maintscript checks the files first and calls these only on files that can
 be used.
 """
 
@@ -16,10 +16,10 @@ from aks_flex_node import config, paths
 from aks_flex_node.config.fileformat import take_value
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.config.semantic import MODE_KEYS
-from aks_flex_node.debconf_channel import DebconfError, q
+from aks_flex_node.maintainer.debconf_channel import DebconfError, q
 from aks_flex_node.errors import ConfigError, ConfigProblem
 
-log = logging.getLogger("aks_flex_node.maintscript")
+log = logging.getLogger("aks_flex_node.maintainer.maintscript")
 
 # debconf question -> configuration key (docs/preseed.md; debian/config reads the same).
 QUESTION_KEYS = {

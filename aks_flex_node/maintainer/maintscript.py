@@ -2,9 +2,9 @@
 
 The shell scripts stay thin and call, with /usr/bin/python3:
 
-    python3 -m aks_flex_node.maintscript render-config OUTPUT   (postinst, before ucf)
-    python3 -m aks_flex_node.maintscript join ACTION [VERSION]  (postinst, after ucf)
-    python3 -m aks_flex_node.maintscript unjoin ACTION          (prerm remove|deconfigure)
+    python3 -m aks_flex_node.maintainer.maintscript render-config OUTPUT   (postinst, before ucf)
+    python3 -m aks_flex_node.maintainer.maintscript join ACTION [VERSION]  (postinst, after ucf)
+    python3 -m aks_flex_node.maintainer.maintscript unjoin ACTION          (prerm remove|deconfigure)
 
 Before using a file, each command inspects it (node_files): one that cannot be used ends in a debconf note naming it and what to do, never in
 a traceback, and the client secret leaves debconf's database first whatever happens.
@@ -24,13 +24,13 @@ import re
 import sys
 
 from aks_flex_node import config, lifecycle, paths
-from aks_flex_node import node_files
-from aks_flex_node.debconf_answers import (answer_problems, question_of, render_config, store_secret,
+from aks_flex_node.maintainer import node_files
+from aks_flex_node.maintainer.debconf_answers import (answer_problems, question_of, render_config, store_secret,
                                              take_secret)
-from aks_flex_node.debconf_channel import DebconfProgress, attach_debconf, q, show_note
+from aks_flex_node.maintainer.debconf_channel import DebconfProgress, attach_debconf, q, show_note
 from aks_flex_node.errors import ConfigError, ConfigProblem, ExitCode, FlexNodeError
 
-log = logging.getLogger("aks_flex_node.maintscript")
+log = logging.getLogger("aks_flex_node.maintainer.maintscript")
 
 # Bounds, so a hung Azure call never holds the dpkg lock for good: dpkg holds its lock for
 # the whole run, so a maintainer script that hangs wedges apt (Debian Policy 6.1, 6.8).
@@ -307,7 +307,7 @@ def unjoin(root):
 
 # ---- entry point ----------------------------------------------------------------------
 
-USAGE = ("usage: python3 -m aks_flex_node.maintscript render-config OUTPUT | "
+USAGE = ("usage: python3 -m aks_flex_node.maintainer.maintscript render-config OUTPUT | "
          "join configure|reconfigure [VERSION] | unjoin remove|deconfigure")
 
 

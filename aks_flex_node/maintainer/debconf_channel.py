@@ -12,7 +12,7 @@ import threading
 
 from aks_flex_node.errors import FlexNodeError
 
-log = logging.getLogger("aks_flex_node.maintscript")
+log = logging.getLogger("aks_flex_node.maintainer.maintscript")
 
 QUESTION_PREFIX = "aks-flex-node/"
 

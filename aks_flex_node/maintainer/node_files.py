@@ -10,7 +10,7 @@ import os
 import stat
 
 from aks_flex_node import paths
-from aks_flex_node.debconf_answers import file_value
+from aks_flex_node.maintainer.debconf_answers import file_value
 from aks_flex_node.errors import FlexNodeError
 
 REDO = "then run dpkg-reconfigure aks-flex-node"
