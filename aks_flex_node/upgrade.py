@@ -171,7 +171,8 @@ def plan(cfg, host, to=None):
     from aks_flex_node.engine.ledger import Ledger
     from aks_flex_node.steps.kubernetes import upgrade_under_way
 
-    return run(node_client(cfg, host), cfg.machine_name, cfg.kubernetes_version, to=target_of(cfg, to),
+    target = target_of(cfg, to)  # a bad --to is refused before anything is asked of the cluster
+    return run(node_client(cfg, host), cfg.machine_name, cfg.kubernetes_version, to=target,
                drain_timeout=cfg.upgrade_drain_timeout, ready_timeout=cfg.node_ready_timeout,
                under_way=upgrade_under_way(Ledger(host)) is not None)
 
