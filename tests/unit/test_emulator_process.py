@@ -3,6 +3,8 @@
 
 import json
 import os
+import pathlib
+import random
 import socket
 import stat
 import subprocess
@@ -111,12 +113,14 @@ def test_profiles_change_the_world(tmp_path):
     assert "no-such-profile" in str(err.value)
 
 
-def _free_port_block(size):
-    for _ in range(20):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + size < 65535 and all(_bindable(base + i) for i in range(size)):
+def _free_port_block(size, taken=()):
+    """A block of `size` loopback ports free now, below the kernel's ephemeral range (so no
+    connection of a parallel test is given one of them between this look and the emulator's
+    bind; bind(0) would pick from inside that range)."""
+    low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = range(10000, low - size, size) if low - size > 10100 else range(1024, 65535 - size, size)
+    for base in random.sample(candidates, 50):
+        if base not in taken and all(_bindable(base + i) for i in range(size)):
             return base
     pytest.skip("no block of free loopback ports")
 
@@ -131,9 +135,18 @@ def _bindable(port):
 
 
 def test_port_base_and_himds_port(tmp_path):
-    base = _free_port_block(4)
-    himds = _free_port_block(1)
-    emu = start_emulator(tmp_path, extra_args=["--port-base", str(base), "--himds-port", str(himds)])
+    # A port another process binds between the look and the emulator's bind is taken by
+    # chance, not by the emulator: a new block is chosen (three tries).
+    for attempt in range(3):
+        base = _free_port_block(4)
+        himds = _free_port_block(1, taken=range(base, base + 4))
+        try:
+            emu = start_emulator(tmp_path / f"try{attempt}",
+                                 extra_args=["--port-base", str(base), "--himds-port", str(himds)])
+            break
+        except EmulatorError as err:
+            if "Address already in use" not in str(err) or attempt == 2:
+                raise
     try:
         assert emu.arm == f"https://127.0.0.1:{base}"
         assert emu.himds == f"http://127.0.0.1:{himds}/metadata/identity/oauth2/token"
