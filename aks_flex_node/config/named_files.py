@@ -145,7 +145,8 @@ def _checked_read(key, node_path, root, problems, max_bytes, what, private=True)
     read by host/careful_read.py, as every file whose bytes we must not be fooled by."""
     path = paths.real_path(root, node_path)
     try:
-        st = os.lstat(path)  # the file itself: a link to one is not followed (careful_read)
+        # A secret's path itself, not followed; a public file (a CA) may be a link to one.
+        st = os.lstat(path) if private else os.stat(path)
     except FileNotFoundError:
         problems.append(ConfigProblem(key, node_path, f"an existing file ({path} does not exist)"))
         return None
@@ -170,7 +171,7 @@ def _checked_read(key, node_path, root, problems, max_bytes, what, private=True)
         return None
     try:
         # Should it have become a FIFO or a link since the stat, the read neither waits nor follows.
-        data = careful_read.read(str(path), max_bytes)
+        data = careful_read.read(str(path), max_bytes, follow=not private)
     except careful_read.Unsafe as unsafe:
         if unsafe.errno == errno.ELOOP:
             expected = _not_a_link(private)

@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 class Unsafe(Exception):
@@ -39,12 +39,13 @@ def kind_of(mode):
     return "not a regular file"
 
 
-def read(path, max_bytes, *, private=False, owners=None):
+def read(path, max_bytes, *, private=False, owners=None, follow=False):
     """The bytes of the regular file `path` (at most `max_bytes`), or Unsafe saying why not.
     `private`: no group or other permission bits. `owners`: the uids it may belong to (None:
-    any; `root_or_us()` for root's files)."""
+    any; `root_or_us()` for root's files). `follow`: a public file (a CA bundle) may be a
+    link to one, as update-ca-certificates makes them in /etc/ssl/certs; never a secret."""
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS if follow else _FLAGS | os.O_NOFOLLOW)
     except FileNotFoundError:
         raise Unsafe("the file does not exist", err=errno.ENOENT) from None
     except OSError as err:

@@ -59,6 +59,20 @@ def test_a_symlink_is_not_followed_even_to_a_good_file(files):
         careful_read.read(str(link), 64)
 
 
+def test_a_public_file_may_be_read_through_a_link_a_fifo_never(files):
+    """A CA as update-ca-certificates leaves it in /etc/ssl/certs (a link) is read when the
+    caller says the file is public (follow=True); what it leads to must still be a regular file."""
+    tmp_path, secret = files
+    link = tmp_path / "ca-link.pem"
+    link.symlink_to(secret)
+    assert careful_read.read(str(link), 64, follow=True) == b"s3cr3t\n"
+    fifo = tmp_path / "fifo-for-link"
+    os.mkfifo(fifo, 0o600)
+    (tmp_path / "to-fifo").symlink_to(fifo)
+    with pytest.raises(careful_read.Unsafe, match=r"\(it is a FIFO\)"):
+        returns(lambda: careful_read.read(str(tmp_path / "to-fifo"), 64, follow=True))
+
+
 def test_a_fifo_is_refused_without_waiting_for_a_writer(files):
     tmp_path, _ = files
     fifo = tmp_path / "fifo"
@@ -122,3 +136,15 @@ def test_a_named_file_that_is_a_symlink_is_refused_when_the_config_is_checked(tm
     assert problem.value == "/etc/aks-flex-node/sp-secret"
     assert problem.expected.startswith("a regular file, not a symlink") and problem.expected.endswith("chmod 600")
     assert load_config(root, sp(sp_client_secret_file=real)).sp_client_secret_file == real
+
+
+def test_a_ca_bundle_may_be_a_link_as_in_etc_ssl_certs(tmp_path):
+    """A public file the configuration names (ca_bundle) may be a link, as
+    update-ca-certificates makes each CA in /etc/ssl/certs: it is followed."""
+    root = make_root(tmp_path)
+    pem = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ\n-----END CERTIFICATE-----\n"
+    secret_file(root, pem, mode=0o644, name="corp-ca.crt")
+    os.symlink("corp-ca.crt", root / "etc/aks-flex-node/corp-ca.pem")
+    cfg = load_config(root, sp(ca_bundle="/etc/aks-flex-node/corp-ca.pem",
+                               sp_client_secret_file=secret_file(root)))
+    assert cfg.ca_bundle == "/etc/aks-flex-node/corp-ca.pem"
