@@ -146,7 +146,7 @@ def _checked_read(key, node_path, root, problems, max_bytes, what, private=True)
     path = paths.real_path(root, node_path)
     try:
         # A secret's path itself, not followed; a public file (a CA) may be a link to one.
-        st = os.lstat(path) if private else os.stat(path)
+        st = os.stat(path, follow_symlinks=not private)
     except FileNotFoundError:
         problems.append(ConfigProblem(key, node_path, f"an existing file ({path} does not exist)"))
         return None
