@@ -71,3 +71,20 @@ def pauses(monkeypatch, thread=None, instead=None):
     owner = threading.current_thread()
     monkeypatch.setattr(time, "sleep", sleep)
     return seen
+
+
+def connects_to(monkeypatch, port):
+    """The connection attempts this process makes to loopback `port` (socket.connect, the
+    network boundary), counted into the list returned: where nothing listens, no listener can."""
+    import socket
+
+    attempts = []
+    connect = socket.socket.connect
+
+    def counted_connect(self, address):
+        if address[1:2] == (port,):
+            attempts.append(address)
+        return connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", counted_connect)
+    return attempts

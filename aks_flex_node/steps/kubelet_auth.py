@@ -131,6 +131,18 @@ def node_token(ctx):
     return cached.access_token
 
 
+def _plan_ca(ctx, plan, step, kubeconfig_path):
+    """The cluster CA the kubelet trusts; False (and a plan to write it with `kubeconfig_path`
+    later) while the API server is not known yet."""
+    if ctx.data.server is None:
+        plan.add(f"write {kubeconfig_path} and {CA_PATH}", "the API server is not known yet",
+                 owes=restart_kubelet(kubeconfig_path))
+        return False
+    tracked.plan_file(ctx, plan, step, CA_PATH, ctx.data.ca_pem, 0o644,
+                      why="the cluster CA", owes=restart_kubelet(CA_PATH))
+    return True
+
+
 class ExecPlugin:
     """Arc mode: the Arc identity's Entra token, through `aks-flex-node token`."""
 
@@ -144,12 +156,8 @@ class ExecPlugin:
     def plan_files(self, ctx, plan, step):
         """The cluster CA and the exec-plugin kubeconfig."""
         data = ctx.data
-        if data.server is None:
-            plan.add(f"write {KUBECONFIG} and {CA_PATH}", "the API server is not known yet",
-                     owes=restart_kubelet(KUBECONFIG))
+        if not _plan_ca(ctx, plan, step, KUBECONFIG):
             return
-        tracked.plan_file(ctx, plan, step, CA_PATH, data.ca_pem, 0o644,
-                          why="the cluster CA", owes=restart_kubelet(CA_PATH))
         tracked.plan_file(ctx, plan, step, KUBECONFIG, kubeconfig(ctx.config, data.server, data.ca_pem, ctx.host.root),
                           0o600, why="the kubelet's credentials come from `aks-flex-node token`",
                           owes=restart_kubelet(KUBECONFIG))
@@ -183,12 +191,8 @@ class TlsBootstrap:
         """The cluster CA, no Arc-mode kubeconfig of ours, and the bootstrap kubeconfig
         while the kubelet needs a token."""
         data = ctx.data
-        if data.server is None:
-            plan.add(f"write {BOOTSTRAP_KUBECONFIG} and {CA_PATH}", "the API server is not known yet",
-                     owes=restart_kubelet(BOOTSTRAP_KUBECONFIG))
+        if not _plan_ca(ctx, plan, step, BOOTSTRAP_KUBECONFIG):
             return
-        tracked.plan_file(ctx, plan, step, CA_PATH, data.ca_pem, 0o644,
-                          why="the cluster CA", owes=restart_kubelet(CA_PATH))
         if ctx.ledger.has("file", KUBECONFIG):
             # Ours from Arc mode (an exec-plugin kubeconfig): the kubelet would use it
             # instead of bootstrapping.

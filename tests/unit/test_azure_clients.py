@@ -17,7 +17,7 @@ from aks_flex_node.http_policy import HttpPolicy
 from tests.emulator import constants as C
 from tests.azure_fixtures import *  # noqa: F401,F403  (fixtures)
 from tests.azure_fixtures import put_machine, settings_for
-from tests.waiting import pauses
+from tests.waiting import connects_to, pauses
 
 
 class ClusterRef:
@@ -112,15 +112,7 @@ def test_dead_endpoint_fails_within_the_bound(endpoints, operator, monkeypatch):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     dead = CloudEndpoints(CUSTOM, f"https://127.0.0.1:{port}", endpoints.authority, C.ARM_SCOPE, endpoints.ca_bundle)
-    attempts = []
-    connect = socket.socket.connect
-
-    def counted_connect(self, address):
-        if address[1:2] == (port,):
-            attempts.append(address)
-        return connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", counted_connect)
+    attempts = connects_to(monkeypatch, port)
     slept = pauses(monkeypatch)
     with Clients(dead, operator) as clients:
         with pytest.raises(TemporaryError, match="cannot reach Azure"):

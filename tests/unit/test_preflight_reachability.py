@@ -17,7 +17,7 @@ from aks_flex_node.preflight import reachability
 from aks_flex_node.errors import ExitCode
 from aks_flex_node.http_policy import DIRECT, HttpPolicy
 from tests.emulator import tls
-from tests.waiting import pauses
+from tests.waiting import connects_to, pauses
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 
@@ -118,15 +118,7 @@ def test_refused_is_definite_and_not_retried(monkeypatch):
     sock.close()  # nothing listens there now
     # Nothing listens, so no listener can count: the connection attempts are counted where
     # they leave this process (socket.connect, the network boundary), the pause by time.sleep.
-    attempts = []
-    connect = socket.socket.connect
-
-    def counted_connect(self, address):
-        if address[1:2] == (port,):
-            attempts.append(address)
-        return connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", counted_connect)
+    attempts = connects_to(monkeypatch, port)
     slept = pauses(monkeypatch)
     failure = reachability.reachable(url, DIRECT, pause=5)
     assert not failure.transient and "refused" in failure.why
