@@ -151,7 +151,7 @@ def test_attribute_and_item_access_agree_and_unknown_names_are_errors(root):
     cfg = load(root, MINIMAL)
     assert cfg.max_pods == cfg["max_pods"] == 110
     assert "max_pods" in cfg and "maxpods" not in cfg
-    with pytest.raises(AttributeError, match="did you mean max_pods"):
+    with pytest.raises(AttributeError, match=r"\bmax_pods\b"):  # the nearest name, suggested
         cfg.max_pod
     with pytest.raises(KeyError):
         cfg["nope"]
@@ -184,7 +184,7 @@ def test_an_invalid_hostname_asks_for_machine_name(tmp_path, hostname):
         load(root, MINIMAL)
     problem = problems_of(excinfo)["machine_name"]
     assert hostname in problem.value
-    assert "set machine_name" in problem.expected
+    assert "machine_name" in problem.expected  # the key to set instead
     # ... and setting it is the way out
     assert load(root, with_values(machine_name="edge-01")).machine_name == "edge-01"
 
@@ -304,8 +304,8 @@ def test_overrides_are_applied_and_checked_like_file_values(root):
     with pytest.raises(ConfigError) as excinfo:
         load(root, MINIMAL, overrides={"max_pods": "0", "log_levl": "debug"})
     problems = problems_of(excinfo)
-    assert problems["max_pods"].expected == "a whole number from 1 to 250"
-    assert "did you mean log_level?" in problems["log_levl"].expected
+    assert problems["max_pods"].value == "0" and "250" in problems["max_pods"].expected
+    assert problems["log_levl"].value == "debug" and "log_level" in problems["log_levl"].expected
 
 
 def test_an_override_of_none_unsets_a_file_value(root):
@@ -361,7 +361,7 @@ def test_config_import_does_not_pull_in_the_azure_sdk():
 
 
 def test_clouds_refuse_an_unknown_name_and_an_incomplete_custom_cloud():
-    with pytest.raises(ValueError, match="cloud 'AzureGermanCloud': expected one of AzurePublicCloud"):
+    with pytest.raises(ValueError, match="cloud 'AzureGermanCloud'.*AzurePublicCloud"):
         clouds.endpoints("AzureGermanCloud")
-    with pytest.raises(ValueError, match="needs arm_endpoint and authority_host"):
+    with pytest.raises(ValueError, match="arm_endpoint.*authority_host"):
         clouds.endpoints("custom", arm_endpoint="https://127.0.0.1:8443")

@@ -94,13 +94,12 @@ def test_a_bridge_subnet_with_room_for_pods_loads(root, value):
     ("azcmagent", "azcmagent connect"),
 ])
 def test_a_command_with_arguments_is_refused(root, key, value):
-    problem = only_problem(root, with_values(**{key: value}), key)
-    assert "without arguments (aks-flex-node passes them itself)" in problem.expected
+    assert only_problem(root, with_values(**{key: value}), key).value == value
 
 
 def test_the_exec_plugin_command_is_an_absolute_path(root):
     problem = only_problem(root, with_values(exec_plugin_command="aks-flex-node"), "exec_plugin_command")
-    assert problem.expected.startswith("one program: an absolute path, without arguments")
+    assert problem.value == "aks-flex-node"
     write_conf(root, with_values(exec_plugin_command="/opt/aks-flex-node/bin/../bin/aks-flex-node",
                                  azcmagent="azcmagent"))
     cfg = config.load(root=str(root))
@@ -120,10 +119,11 @@ def test_a_config_file_that_is_a_fifo_is_refused_without_blocking(root):
         with pytest.raises(ConfigError) as excinfo:
             returns(lambda: config.load(root=str(root)), what="config.load")
         [problem] = excinfo.value.problems
-        assert problem.expected == f"a regular file ({path} is not a regular file: it is a named pipe (FIFO))"
+        assert problem.value == str(path) and "FIFO" in problem.expected  # what the file is, named
         with pytest.raises(ConfigError) as excinfo:  # nor does `config set` open it
             returns(lambda: config.write(None, {"log_level": "debug"}, root=str(root)), what="config.write")
-        assert "it is a named pipe (FIFO)" in excinfo.value.problems[0].expected
+        [problem] = excinfo.value.problems
+        assert problem.value == str(path) and "FIFO" in problem.expected
     finally:
         _release_readers(path)
 
@@ -145,6 +145,5 @@ def test_a_config_file_linked_to_dev_null_is_not_called_missing(root):
         config.load(root=str(root))
     [problem] = excinfo.value.problems
     assert problem.value == str(path)
-    assert problem.expected == (f"a regular file ({path} is not a regular file: it is a symlink to /dev/null, "
-                                "a character device)")
-    assert "not found" not in str(excinfo.value)
+    assert "/dev/null" in problem.expected  # where the link leads, named
+    assert "config import" not in str(excinfo.value)  # not the remedy for a missing file

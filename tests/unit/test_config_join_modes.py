@@ -69,14 +69,16 @@ def problems(root, given):
 def test_arc_is_the_default_and_still_requires_auth_method_in_todays_words(root):
     found, _ = problems(root, sections(drop=("auth_method",)))
     assert list(found) == ["auth_method"]
-    assert found["auth_method"].expected == "one of service-principal, azure-cli, managed-identity " \
-                                            "(auth_method is required)"
+    assert found["auth_method"].value == ""
+    for method in ("service-principal", "azure-cli", "managed-identity"):  # the choices, named
+        assert method in found["auth_method"].expected
 
 
 def test_arc_without_auth_method_but_with_sp_keys_suggests_service_principal(root):
     found, _ = problems(root, sections(drop=("auth_method",), sp_client_id=SP_ID))
     assert list(found) == ["auth_method"]
-    assert found["auth_method"].expected.endswith("; sp_client_id is set, so service-principal?")
+    assert found["auth_method"].value == ""
+    assert "sp_client_id" in found["auth_method"].expected  # the key that hints at service-principal
 
 
 @pytest.mark.parametrize("key,value", [
@@ -88,7 +90,7 @@ def test_arc_refuses_the_keys_of_the_other_modes(root, key, value):
     found, _ = problems(root, sections(**{key: value}))
     assert list(found) == [key]
     assert found[key].value == value
-    assert found[key].expected.startswith("no value with join_mode = arc: it is used with join_mode = agent-pool")
+    assert "join_mode = arc" in found[key].expected
 
 
 # ---------------------------------------------------------------------------- agent-pool
@@ -110,15 +112,16 @@ def test_agent_pool_refuses_the_azure_cli_login(root):
     found, text = problems(root, pool_mode(auth_method="azure-cli"))
     assert list(found) == ["auth_method"]
     assert found["auth_method"].value == "azure-cli"
-    assert "service-principal or managed-identity with join_mode = agent-pool" in found["auth_method"].expected
-    assert "the node must keep its own credential" in found["auth_method"].expected
+    expected = found["auth_method"].expected
+    assert "service-principal" in expected and "managed-identity" in expected
+    assert "join_mode = agent-pool" in expected
 
 
 def test_agent_pool_requires_a_credential_and_a_pool(root):
     found, _ = problems(root, pool_mode(auth_method=None, agent_pool=None))
     assert sorted(found) == ["agent_pool", "auth_method"]
-    assert "agent_pool is required with join_mode = agent-pool" in found["agent_pool"].expected
-    assert "(auth_method is required)" in found["auth_method"].expected
+    assert found["agent_pool"].value == "" and "join_mode = agent-pool" in found["agent_pool"].expected
+    assert found["auth_method"].value == ""
 
 
 @pytest.mark.parametrize("key,value", [("arc_location", "westeurope"), ("arc_resource_group", "edge"),
@@ -126,7 +129,8 @@ def test_agent_pool_requires_a_credential_and_a_pool(root):
 def test_agent_pool_refuses_what_only_an_arc_machine_uses(root, key, value):
     found, _ = problems(root, pool_mode(**{key: value}))
     assert list(found) == [key]
-    assert found[key].expected == "no value with join_mode = agent-pool: it is used with join_mode = arc only"
+    assert found[key].value == value
+    assert "join_mode = agent-pool" in found[key].expected and "join_mode = arc" in found[key].expected
 
 
 # The Machine name pattern of the AKS API (2026-05-02-preview managedClusters.json, the
@@ -157,7 +161,7 @@ def test_agent_pool_refuses_a_dotted_host_name_as_the_default_machine_name(tmp_p
     problem = found["machine_name"]
     assert problem.value == "edge-01.example.com (this host's name)"
     assert PATTERN in problem.expected
-    assert problem.expected.endswith("the hostname is not one, so set machine_name in [arc]")
+    assert "machine_name" in problem.expected and "[arc]" in problem.expected  # where to set it
     # ... and setting it is the way out
     assert load(root, pool_mode(machine_name="edge-01")).machine_name == "edge-01"
 
@@ -192,13 +196,14 @@ def test_bootstrap_token_requires_its_three_keys_all_at_once(root):
     assert sorted(found) == ["api_server", "bootstrap_token_file", "cluster_ca_file"]
     for key in found:
         assert found[key].value == ""
-        assert found[key].expected.endswith(f"({key} is required with join_mode = bootstrap-token)")
+        assert "join_mode = bootstrap-token" in found[key].expected
 
 
 def test_bootstrap_token_refuses_an_agent_pool(root):
     found, _ = problems(root, token_mode(root, agent_pool="flexpool"))
     assert list(found) == ["agent_pool"]
-    assert "no value with join_mode = bootstrap-token" in found["agent_pool"].expected
+    assert found["agent_pool"].value == "flexpool"
+    assert "join_mode = bootstrap-token" in found["agent_pool"].expected
 
 
 def test_bootstrap_token_refuses_sp_keys_without_an_auth_method(root):
@@ -215,7 +220,7 @@ def test_a_token_file_that_holds_no_token_is_refused_without_showing_it(root, co
     found, text = problems(root, token_mode(root, bootstrap_token_file=path))
     assert list(found) == ["bootstrap_token_file"]
     assert found["bootstrap_token_file"].value == path
-    assert "not a bootstrap token of the form <6 chars>.<16 chars>" in found["bootstrap_token_file"].expected
+    assert "<6 chars>.<16 chars>" in found["bootstrap_token_file"].expected  # the form it must have
     assert TOKEN_SECRET[:10] not in text and "0123456789" not in text
 
 
@@ -237,10 +242,13 @@ def test_a_token_file_owned_by_another_user_is_refused(root):
 
 def test_a_token_file_that_is_missing_or_a_directory(root):
     found, _ = problems(root, token_mode(root, bootstrap_token_file="/etc/aks-flex-node/nothing"))
-    assert "an existing file" in found["bootstrap_token_file"].expected
+    problem = found["bootstrap_token_file"]
+    assert problem.value == "/etc/aks-flex-node/nothing"
+    assert str(root / "etc/aks-flex-node/nothing") in problem.expected  # where it was looked for
     (root / "etc/aks-flex-node/token-dir").mkdir()
     found, _ = problems(root, token_mode(root, bootstrap_token_file="/etc/aks-flex-node/token-dir"))
-    assert "a regular file (it is a directory)" in found["bootstrap_token_file"].expected
+    problem = found["bootstrap_token_file"]
+    assert problem.value == "/etc/aks-flex-node/token-dir" and "directory" in problem.expected
 
 
 @pytest.mark.parametrize("content", ["not a certificate\n", "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
@@ -249,7 +257,7 @@ def test_a_cluster_ca_without_a_certificate_is_refused(root, content):
     path = node_file(root, "cluster-ca.crt", content, mode=0o644)
     found, _ = problems(root, token_mode(root, cluster_ca_file=path))
     assert list(found) == ["cluster_ca_file"]
-    assert "a CERTIFICATE block" in found["cluster_ca_file"].expected
+    assert found["cluster_ca_file"].value == path and "CERTIFICATE" in found["cluster_ca_file"].expected
 
 
 def test_a_real_cluster_ca_bundle_is_accepted(root):

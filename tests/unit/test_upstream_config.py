@@ -20,6 +20,11 @@ SUB = "11111111-2222-3333-4444-555555555555"
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 
 
+def warned(warnings):
+    """The conversion's warnings by the upstream key each names first ("key: what happened")."""
+    return dict(w.split(": ", 1) for w in warnings)
+
+
 def private_copy(directory, name, mode=0o600):
     """A copy of a fixture with the mode an operator would give it."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -58,7 +63,6 @@ def test_the_readme_arc_example(root):
     }
     assert secrets == {}
     assert [w.split(":")[0] for w in warnings] == ["azure.arc.enabled", "azure.arc.autoRoleAssignment", "agent.logDir"]
-    assert "v0.0.10 docs mistake" in warnings[1]
 
 
 def test_the_readme_arc_example_placeholders_fail_to_load_naming_our_keys(root):
@@ -91,7 +95,7 @@ def test_the_readme_sp_example_without_sp_tenant_uses_the_azure_tenant(root):
     assert secrets == {"sp_client_secret": SECRET}
     assert SECRET not in json.dumps(values) and SECRET not in " ".join(warnings)
     (tenant_warning,) = [w for w in warnings if w.startswith("azure.servicePrincipal.tenantId")]
-    assert "upstream then ignores the service principal" in tenant_warning
+    assert "azure.tenantId" in tenant_warning  # the tenant used instead
     assert any(w.startswith("azure.arc.enabled: not true") for w in warnings)
 
 
@@ -203,7 +207,7 @@ def test_the_v0010_readme_bootstrap_token_shape_with_a_truncated_ca_is_refused_h
         upstream_config.load_file(fixture_path("upstream-bootstrap-token.json"))
     (problem,) = excinfo.value.problems
     assert problem.key == "azure.bootstrapToken.caCertData"
-    assert "the base64 of a PEM file holding the cluster's CA certificate" in problem.expected
+    assert problem.value and "PEM" in problem.expected  # the format it must have
     assert "0123456789abcdef" not in str(excinfo.value)
     assert excinfo.value.source == fixture_path("upstream-bootstrap-token.json")
 
@@ -213,14 +217,14 @@ def test_a_missing_target_cluster_is_an_error_not_a_crash():
         upstream_config.load_file(fixture_path("upstream-no-target-cluster.json"))
     (problem,) = excinfo.value.problems
     assert problem.key == "azure.targetCluster.resourceId" and problem.value == "(missing)"
-    assert "the AKS cluster's resource ID" in problem.expected
+    assert "/subscriptions/" in problem.expected  # the form of the ID it needs
 
 
 def test_an_empty_bootstrap_token_is_only_a_warning():
     doc = document("upstream-arc.json")
     doc["azure"]["bootstrapToken"] = {"token": ""}
     _, _, warnings = upstream_config.convert(doc)
-    assert "azure.bootstrapToken.token: ignored: empty: no bootstrap token to join with" in warnings
+    assert warned(warnings)["azure.bootstrapToken.token"].startswith("ignored")
 
 
 def with_change(name, change):
@@ -262,7 +266,7 @@ def test_an_unknown_upstream_key_is_warned_about_by_name():
     doc["node"] = {"gpu": {"enabled": True}}
     doc["azure"]["arc"]["enabled"] = False
     _, _, warnings = upstream_config.convert(doc)
-    assert "node.gpu.enabled: ignored: not a key aks-flex-node knows" in warnings
+    assert warned(warnings)["node.gpu.enabled"].startswith("ignored")
     assert any(w.startswith("azure.arc.enabled: false") for w in warnings)
 
 
@@ -332,7 +336,7 @@ def test_the_v0010_bootstrap_token_example(root):
         "log_level": "info",
     }
     assert secrets == {"bootstrap_token": TOKEN, "cluster_ca": ca_pem("upstream-v0010-bootstrap-token.json")}
-    assert warnings == ["agent.logDir: ignored: aks-flex-node logs to the journal"]
+    assert list(warned(warnings)) == ["agent.logDir"] and warned(warnings)["agent.logDir"].startswith("ignored")
 
 
 def test_the_newer_agent_pool_sample_with_a_managed_identity(root):
@@ -391,7 +395,7 @@ def test_the_newer_bootstrap_token_sample_without_a_credential_joins_with_the_to
     assert values["cluster_dns"] == "10.0.0.10" and values["kubernetes_version"] == "1.35.6"
     assert secrets["bootstrap_token"] == TOKEN
     (pool_warning,) = [w for w in warnings if w.startswith("azure.targetAgentPoolName")]
-    assert "no credential to register a Machine" in pool_warning
+    assert "join_mode = bootstrap-token" in pool_warning  # the mode it joins with instead
 
 
 def test_a_bootstrap_token_config_json_holds_token_and_ca_in_memory(root):
