@@ -1,6 +1,7 @@
 """A loopback HTTP(S) artifact server: bodies by path, each route able to fail a few times
-first, answer slowly, redirect, cut the body short or hold it halfway, wait until others are
-in flight with it, and answer Range requests guarded by its ETag; every request recorded.
+first, answer slowly, hold its answer until the test opens a gate, redirect, cut the body
+short or hold it halfway, wait until others are in flight with it, and answer Range requests
+guarded by its ETag; every request recorded.
 Shared by the downloader's tests (tests/unit/test_host_download.py) and the runner's
 (test_runner.py)."""
 
@@ -51,6 +52,8 @@ class ArtifactServer:
                     if route is None:
                         return self._send(404, b"not found")
                     time.sleep(route["delay"])
+                    if route["gate"] is not None:
+                        route["gate"].wait()  # the test opens it (and does, at the latest, in stop)
                     if route["together"] is not None:
                         try:  # answered only once its party is in flight at once
                             route["together"].wait(TOGETHER_TIMEOUT)
@@ -113,8 +116,11 @@ class ArtifactServer:
         self.thread.start()
 
     def serve(self, path, body=b"", status=200, before=(), delay=0.0, redirect=None, etag=None,
-              ranges=False, hold=None, together=None):
-        """`before`: what the first requests get (an HTTP status, or "truncate"); `hold`: an
+              ranges=False, hold=None, together=None, gate=None):
+        """`before`: what the first requests get (an HTTP status, or "truncate"); `delay`:
+        seconds before the answer, only to widen a window a wrong client would show in (never
+        what a test waits for); `gate`: an Event the answer waits for, headers and all (a
+        request held open for as long as the test needs it; stop() opens it); `hold`: an
         Event the whole body's answer waits for after its first half; `together`: a
         threading.Barrier (routes may share one) the request waits at before its answer, so
         that it is answered only once the barrier's parties are all in flight at once. When
@@ -122,13 +128,16 @@ class ArtifactServer:
         its path goes to `apart`."""
         self.routes[path] = {"body": body, "status": status, "before": list(before),
                              "delay": delay, "redirect": redirect, "etag": etag, "ranges": ranges,
-                             "hold": hold, "together": together}
+                             "hold": hold, "together": together, "gate": gate}
         return self.origin + path
 
     def count(self, path):
         return sum(1 for p, _, _ in self.requests if p == path)
 
     def stop(self):
+        for route in self.routes.values():
+            if route["gate"] is not None:
+                route["gate"].set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(5)

@@ -20,6 +20,7 @@ from tests import harness
 from tests.deb import debtools
 from tests.e2e.container import system_env
 from tests.emulator import constants as C
+from tests.waiting import wait_for
 
 REPO_MOUNT = "/srv/aks-flex-node-repo"
 UPSTREAM_KEYS_MOUNT = "/var/lib/himdsd-upstream-keys"
@@ -242,13 +243,15 @@ def main_pid(node, unit):
 
 def wait_for_state(node, wanted=("succeeded",), timeout=180, interval=2):
     """Poll `aks-flex-node status --json` until its state is one of `wanted`; the last status."""
-    deadline = time.monotonic() + timeout
-    status = {}
-    while time.monotonic() < deadline:
-        status = node.status()
-        if status.get("state") in wanted and node.c.read(PENDING_MARKER) is None:
-            return status
-        time.sleep(interval)
+    seen = {}
+
+    def settled():
+        seen["status"] = node.status()
+        return seen["status"].get("state") in wanted and node.c.read(PENDING_MARKER) is None
+
+    if wait_for(settled, timeout=timeout, interval=interval):
+        return seen["status"]
+    status = seen["status"]
     raise AssertionError(f"the node's state is still {status.get('state')!r} after {timeout} s, not one of "
                          f"{wanted}:\n{status}\n{node.journals()}")
 

@@ -65,9 +65,11 @@ def test_private_networks_run_side_by_side_and_reach_only_what_is_forwarded(base
                                private_network=True, forward_ports=[arm_port], before_boot=unmask_ssh)
             boxes.append(box)
             box.start()
-        listen = ("import socket,time; s=socket.socket(); s.bind(('127.0.0.1',40342)); s.listen(); "
-                  "print('bound', flush=True); time.sleep(30)")
-        holders = [subprocess.Popen(box.command(["python3", "-c", listen]), stdout=subprocess.PIPE, text=True)
+        # Each holds its port until the test closes its stdin (no time bound to outlive).
+        listen = ("import socket,sys; s=socket.socket(); s.bind(('127.0.0.1',40342)); s.listen(); "
+                  "print('bound', flush=True); sys.stdin.read()")
+        holders = [subprocess.Popen(box.command(["python3", "-c", listen]), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)
                    for box in boxes]
         assert [h.stdout.readline().strip() for h in holders] == ["bound", "bound"]
         assert not ct.port_in_use(40342), "a node's port showed on the host's loopback"
@@ -79,8 +81,9 @@ def test_private_networks_run_side_by_side_and_reach_only_what_is_forwarded(base
                 conn.settimeout(10)
                 assert conn.recv(64).startswith(b"SSH-2.0-OpenSSH")
         for h in holders:
-            h.kill()
-            h.wait()
+            h.stdin.close()
+            h.wait(timeout=60)
+            h.stdout.close()
         names = [box.netns.path for box in boxes]
     finally:
         for box in boxes:

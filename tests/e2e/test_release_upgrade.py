@@ -30,13 +30,13 @@ scenario (docs/testing.md gives its time), so `make e2e` leaves it out and
 import datetime
 import json
 import re
-import time
 
 import pytest
 
 from tests.e2e import container as ct
 from tests.e2e import node as n
 from tests.e2e.archive_proxy import ArchiveProxy
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.release_upgrade, pytest.mark.releases("bookworm")]
 
@@ -90,16 +90,14 @@ def os_release(node):
 
 def wait_for_pass_after(node, moment, timeout=300):
     """The status of the agent's first pass that started at or after `moment` (UTC)."""
-    def fresh(status):
+    def fresh():
+        status = n.wait_for_state(node, wanted=("succeeded", "failed"), timeout=timeout)
         started = status.get("started")
         return started and datetime.datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=datetime.timezone.utc) >= moment
-    deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=timeout)
-    while datetime.datetime.now(datetime.timezone.utc) < deadline:
-        status = n.wait_for_state(node, wanted=("succeeded", "failed"), timeout=timeout)
-        if fresh(status):
-            return status
-        time.sleep(2)
+            tzinfo=datetime.timezone.utc) >= moment and status
+    status = wait_for(fresh, timeout=timeout, interval=2)
+    if status:
+        return status
     raise AssertionError(f"no pass of the agent since {moment}:\n{node.status()}\n{node.journals()}")
 
 

@@ -3,7 +3,8 @@
 GET  /state            machines, role assignments, nodes, clusters, token counts, request log...;
                        nodes and CSRs with the emulator's bookkeeping keys (_registeredBy,
                        _authenticatedBy) that API answers never carry
-POST /faults           append fault rules (see faults.py); DELETE /faults clears them
+POST /faults           append fault rules (see faults.py); DELETE /faults clears them and lets
+                       the requests a "hold" rule is holding go on
 POST /reset            back to the profile's initial world (tokens and ports survive)
 GET|POST /settings     read / change runtime settings (see profiles.SETTINGS)
 GET|POST /clock        read the modelled world's clock, or {"advance": seconds}: move it ahead (clock.py);
@@ -110,6 +111,7 @@ def handle(app, req):
         if method == "DELETE":
             state.data["faults"].clear()
             state.mark_dirty()
+            app.release_holds()
             return Response.json(200, [])
         if method == "POST":
             try:
@@ -122,6 +124,7 @@ def handle(app, req):
     if route == "reset" and method == "POST":
         clock.rewind()
         state.reset()
+        app.release_holds()
         return Response.json(200, {"reset": True, "profile": state.profile})
     if route == "settings":
         if method == "POST":

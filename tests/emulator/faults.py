@@ -7,8 +7,10 @@ A rule (POST /_emulator/faults takes a list):
   or, instead of "respond": "drop": true (close the connection without answering),
   "corrupt": true (answer normally but with a damaged body), "truncate": N (answer normally,
   announce the whole Content-Length, send only the first N bytes of the body, then close the
-  connection: a transfer cut short), or only "delay": seconds (answer normally, late).
-  "delay" combines with the others.
+  connection: a transfer cut short), or only "delay": seconds (answer normally, late), or
+  only "hold": true (answer normally once the test lets it go: DELETE /_emulator/faults or a
+  reset releases every held request; a gate for "the run is inside this request now", where a
+  delay would be a time the test races). "delay" and "hold" combine with the others.
 `times` (default: unlimited) counts matches; a rule is removed once used up. Rules are
 tried in order; the first match wins. The admin API itself is never faulted.
 """
@@ -20,7 +22,7 @@ from tests.emulator.httpbase import Response
 
 SERVERS = ("any", "arm", "entra", "himds", "apiserver", "artifacts")
 _MATCH_KEYS = {"method", "path_regex", "query_regex", "server", "times"}
-_RULE_KEYS = {"match", "respond", "delay", "drop", "corrupt", "truncate"}
+_RULE_KEYS = {"match", "respond", "delay", "hold", "drop", "corrupt", "truncate"}
 
 
 class FaultError(ValueError):
@@ -72,15 +74,15 @@ def validate(rules):
             actions.append("truncate")
         if len(actions) > 1:
             problems.append(f"{at}: {' and '.join(actions)} exclude each other; give one")
-        if not actions and "delay" not in rule:
-            problems.append(f"{at}: nothing to do; expected one of respond, drop, corrupt, truncate, delay")
+        if not actions and "delay" not in rule and not rule.get("hold"):
+            problems.append(f"{at}: nothing to do; expected one of respond, drop, corrupt, truncate, delay, hold")
         if "delay" in rule and not (isinstance(rule["delay"], (int, float)) and not isinstance(rule["delay"], bool)
                                     and 0 <= rule["delay"] <= 300):
             problems.append(f"{at}.delay = {rule['delay']!r}: expected seconds between 0 and 300")
         if "truncate" in rule and not (isinstance(rule["truncate"], int) and not isinstance(rule["truncate"], bool)
                                        and rule["truncate"] >= 0):
             problems.append(f"{at}.truncate = {rule['truncate']!r}: expected a number of bytes (0 or more) to send")
-        for key in ("drop", "corrupt"):
+        for key in ("drop", "corrupt", "hold"):
             if key in rule and not isinstance(rule[key], bool):
                 problems.append(f"{at}.{key} = {rule[key]!r}: expected true or false")
         if "respond" in rule:

@@ -40,6 +40,9 @@ class App:
         self.apiservers = {}  # cluster id (lower) -> EmulatorServer
         self.port_base = 0
         self._threads = []
+        # Requests a "hold" fault rule caught wait here for the next release (faults.py).
+        self._holds = threading.Condition()
+        self._releases = 0
 
         self.server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.server_tls.load_cert_chain(self.pki["cert"], self.pki["key"])
@@ -117,7 +120,14 @@ class App:
             "pid": os.getpid(),
         }
 
+    def release_holds(self):
+        """Let every request a "hold" rule is holding go on (DELETE /_emulator/faults, a reset)."""
+        with self._holds:
+            self._releases += 1
+            self._holds.notify_all()
+
     def stop(self):
+        self.release_holds()
         servers = list(self.servers.values()) + list(self.apiservers.values())
         stoppers = [threading.Thread(target=s.shutdown) for s in servers]
         for t in stoppers:
@@ -170,11 +180,15 @@ class App:
         started = time.time()
         rule = None
         if req.kind != "admin":
-            with state.lock:
+            with state.lock:  # a release (admin, under this lock) comes before or after, never between
                 rule = faults.take(state.data["faults"], req)
                 if rule is not None:
                     state.data["fault_hits"] += 1
                     state.mark_dirty()
+                    released = self._releases
+        if rule is not None and rule.get("hold"):
+            with self._holds:
+                self._holds.wait_for(lambda: self._releases != released)
         if rule is not None and rule.get("delay"):
             time.sleep(rule["delay"])
         if rule is not None and rule.get("drop"):
@@ -232,7 +246,7 @@ def _fault_name(rule):
     for key in ("respond", "corrupt", "drop"):
         if rule.get(key):
             return key
-    return "delay"
+    return "hold" if rule.get("hold") and not rule.get("delay") else "delay"
 
 
 def parse_args(argv):

@@ -94,17 +94,17 @@ def record_call(command, argv):
 
 def check_fault(command, argv):
     """Exit 1 with the fault file's content if $FAKE_STATE_DIR/fail-<command>[-<verb>] exists;
-    with hang-<command>[-<verb>] (holding a number of seconds), say so in <that file>.waiting
-    and sleep that long first (a test kills the caller meanwhile)."""
+    with hang-<command>[-<verb>], say so in <that file>.waiting and wait until the test removes
+    the hang file (a gate, not a time: a test that kills the caller meanwhile finds it still
+    waiting however slow the machine), or until the state directory is gone."""
     verb = next((a for a in argv if not a.startswith("-")), None)
     for name in [f"hang-{command}"] + ([f"hang-{command}-{verb}"] if verb else []):
         path = os.path.join(state_dir(), name)
         if os.path.exists(path):
-            with open(path) as f:
-                seconds = float(f.read().strip() or "60")
             with open(path + ".waiting", "w") as f:
                 f.write(str(os.getpid()))
-            time.sleep(seconds)
+            while os.path.exists(path):
+                time.sleep(0.05)
     names = [f"fail-{command}"] + ([f"fail-{command}-{verb}"] if verb else [])
     for name in names:
         path = os.path.join(state_dir(), name)

@@ -21,7 +21,6 @@ from tests.emulator import constants as C
 ATTEMPTS = 4
 BURST = 3  # a transient fault answers this many requests, then the endpoint recovers
 STALL = 30.0  # the "30 s stall"
-HOLD = 120.0  # how long a kill point holds the run (it is killed long before)
 KILL_POINT_TIMEOUT = 90.0
 ARTIFACT_FILES = {"runc": r"runc-v[^/]*\.amd64$", "containerd": r"containerd-[^/]*\.tar\.gz$",
                   "kubernetes": r"kubernetes-node-[^/]*\.tar\.gz$", "cni": r"cni-plugins-[^/]*\.tgz$"}
@@ -166,8 +165,7 @@ class Hang:
         self.what = f"in `{command}{' ' + verb if verb else ''}`"
 
     def arm(self, cell):
-        with open(os.path.join(cell.node.state_dir, self.name), "w") as f:
-            f.write(str(HOLD))
+        open(os.path.join(cell.node.state_dir, self.name), "w").close()  # held until release removes it
 
     def reached(self, cell, run):
         return os.path.exists(os.path.join(cell.node.state_dir, self.name + ".waiting"))
@@ -181,8 +179,9 @@ class Hang:
 
 
 class Stall:
-    """Hold the run in an emulator request (a `delay` rule), after `let_through` requests
-    matching it went through; with `phase`, also wait until that phase has started."""
+    """Hold the run in an emulator request (a `hold` rule: until release clears the faults),
+    after `let_through` requests matching it went through; with `phase`, also wait until that
+    phase has started."""
 
     def __init__(self, match, what, let_through=0, phase=None):
         self.match, self.what, self.let_through, self.phase = match, what, let_through, phase
@@ -191,13 +190,13 @@ class Stall:
         rules = []
         if self.let_through:
             rules.append({"match": dict(self.match, times=self.let_through), "delay": 0})
-        rules.append({"match": dict(self.match), "delay": HOLD})
+        rules.append({"match": dict(self.match), "hold": True})
         cell.emu.faults(rules)
 
     def reached(self, cell, run):
         if self.phase and not run.phase_started(self.phase):
             return False
-        return any(r.get("delay") == HOLD and r["hits"] > 0 for r in cell.emu.admin("GET", "faults"))
+        return any(r.get("hold") and r["hits"] > 0 for r in cell.emu.admin("GET", "faults"))
 
     def release(self, cell):
         cell.emu.clear_faults()

@@ -121,7 +121,7 @@ EXPLAIN = """\
   stand-in host commands (tests/fakes/bin); the bootstrap is the real CLI in a subprocess.
 - **fault**: how it is broken. kill -9 cells kill the bootstrap's process group at a phase's
   start (when the phase printer announces it on a pty) or in its middle: held in a stand-in
-  command (`hang-<cmd>[-<verb>]`), in an emulator request (a `delay` rule, e.g. the 2nd role
+  command (`hang-<cmd>[-<verb>]`), in an emulator request (a `hold` rule, e.g. the 2nd role
   assignment PUT, the artifact download), or, for phases that only write files, after their
   Nth action began. ENOSPC cells mount a size-limited tmpfs in the root and fill it.
   Endpoint cells answer a burst of requests of one server (`times`) with the fault, then

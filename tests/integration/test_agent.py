@@ -107,11 +107,12 @@ def test_the_agent_stays_small_between_passes(node):
 def test_a_pass_killed_mid_way_is_a_failed_pass_and_the_next_one_joins(node):
     os.makedirs(node.path("/var/lib/aks-flex-node"), exist_ok=True)
     open(node.path(PENDING), "w").close()
-    # Entra ID answers late: the first pass is still waiting on it when its process dies.
-    node.emu.faults([{"match": {"server": "entra"}, "delay": 60}])
+    # Entra ID holds its answer until the faults are cleared: the first pass is still waiting
+    # on it when its process dies, however slow this machine.
+    node.emu.faults([{"match": {"server": "entra"}, "hold": True}])
     agent = start_agent(node, "--interval", "1")
     try:
-        # Well into the pass: Entra ID has its request, and holds it for a minute.
+        # Well into the pass: Entra ID has its request, and holds it.
         assert wait_for(lambda: status(node).get("state") == "running" and _children(agent.pid)
                         and node.emu.state()["fault_hits"] >= 1, 60)
         (child,) = _children(agent.pid)
@@ -119,6 +120,7 @@ def test_a_pass_killed_mid_way_is_a_failed_pass_and_the_next_one_joins(node):
         node.emu.clear_faults()
         assert wait_for(lambda: status(node).get("state") == "succeeded", 120), status(node)
     finally:
+        node.emu.clear_faults()  # lets the held request go, whatever happened
         agent.send_signal(signal.SIGTERM)
         _out, err = agent.communicate(timeout=60)
     assert agent.returncode == 0, err

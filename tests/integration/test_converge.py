@@ -82,20 +82,24 @@ def test_keep_cloud_resources(node):
 
 def test_a_second_run_waits_or_names_the_holder(node):
     script = (
-        "import sys,time; sys.path.insert(0, %r)\n"
+        "import sys; sys.path.insert(0, %r)\n"
         "from aks_flex_node.host import Host\n"
         "from aks_flex_node.engine.lock import RunLock\n"
         "with RunLock(Host(%r), 'bootstrap'):\n"
-        "    print('held', flush=True); time.sleep(30)\n" % (REPO, node.root))
-    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        "    print('held', flush=True); sys.stdin.read()\n" % (REPO, node.root))
+    # It holds the lock until the test closes its stdin: however slow the run below, it
+    # meets the lock held (a time bound here would let it go first on a loaded machine).
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         proc = node.cli("bootstrap")
         assert proc.returncode == 75
         assert f"pid {holder.pid}" in proc.stderr
     finally:
-        holder.kill()
-        holder.wait()
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+        holder.stdout.close()
 
 
 def test_preflight_failure_stops_bootstrap_before_any_change(node):

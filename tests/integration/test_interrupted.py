@@ -21,8 +21,7 @@ def start_and_kill_at(node, command, hang):
     """Run `aks-flex-node <command>` until it waits on the stand-in named by `hang`
     (tests/fakes/fakelib.py), check what `status` says while it runs, then kill -9 it."""
     hang = os.path.join(node.state_dir, hang)
-    with open(hang, "w") as f:
-        f.write("60")
+    open(hang, "w").close()  # the stand-in waits until it is removed
     proc = subprocess.Popen([sys.executable, "-m", "aks_flex_node", command, "--root", node.root],
                             env=node.env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

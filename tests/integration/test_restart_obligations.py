@@ -86,8 +86,7 @@ def test_kill_9_after_the_write_does_not_lose_the_restart(node):
     with open(node.path("/etc/systemd/system/kubelet.service.d/10-aks-flex-node.conf"), "ab") as f:
         f.write(b"# drift\n")
     hang = os.path.join(node.state_dir, "hang-systemctl-daemon-reload")
-    with open(hang, "w") as f:
-        f.write("60")
+    open(hang, "w").close()  # the stand-in waits until it is removed
     proc = subprocess.Popen([sys.executable, "-m", "aks_flex_node", "bootstrap", "--root", node.root],
                             env=node.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

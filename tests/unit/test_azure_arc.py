@@ -58,20 +58,42 @@ def test_delete_answered_204_works_on_every_sdk(fresh_emulator, azure_clients):
     assert arc.delete_machine(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1") is True
 
 
+class WorldClock:
+    """The poll's clock and sleep, on the emulator's clock: a pause moves the world ahead by
+    its length instead of taking it, so Azure's identity delay passes without a wait."""
+
+    def __init__(self, emulator):
+        self.emulator, self.now, self.sleeps = emulator, 0.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+        self.emulator.advance_clock(seconds)
+
+
 def test_wait_for_identity_polls_until_the_principal_shows(fresh_emulator, azure_clients):
-    fresh_emulator.settings(arc_identity_delay=0.5)
+    fresh_emulator.settings(arc_identity_delay=30)
     put_machine(fresh_emulator, "m1")
-    machine = arc.wait_for_identity(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1", timeout=10, first_delay=0.1)
+    clock = WorldClock(fresh_emulator)
+    machine = arc.wait_for_identity(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1", timeout=600,
+                                    clock=clock, sleep=clock.sleep)
     assert machine.principal_id
+    assert clock.sleeps == [1, 2, 4, 8, 15]  # the backoff's pauses, 30 s of the world's time
     gets = fresh_emulator.requests(server="arm", method="GET", path_contains="/machines/m1")
-    assert len(gets) >= 2
+    assert len(gets) == 6
 
 
 def test_wait_for_identity_is_bounded_and_says_what_it_saw(fresh_emulator, azure_clients):
-    fresh_emulator.settings(arc_identity_delay=30)
+    fresh_emulator.settings(arc_identity_delay=3600)
     put_machine(fresh_emulator, "m1")
-    with pytest.raises(TemporaryError, match="no managed identity after 0.3s; last seen: machine .*m1 with status"):
-        arc.wait_for_identity(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1", timeout=0.3, first_delay=0.1)
+    clock = WorldClock(fresh_emulator)
+    with pytest.raises(TemporaryError, match="no managed identity after 30s; last seen: machine .*m1 with status"):
+        arc.wait_for_identity(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1", timeout=30,
+                              clock=clock, sleep=clock.sleep)
+    assert sum(clock.sleeps) == 30  # up to the deadline, not past it
 
 
 def test_wait_for_identity_of_a_machine_that_never_appears(azure_clients):

@@ -1,5 +1,6 @@
 """The admin API (settings, faults, reset, clusters) and ARM's generic behaviour."""
 
+import threading
 import time
 import uuid
 
@@ -7,6 +8,7 @@ import pytest
 
 from tests.emulator import constants as C
 from tests.emulator_fixtures import EmulatorError
+from tests.waiting import wait_for
 
 MACHINE = f"/subscriptions/{C.SUBSCRIPTION_ID}/resourceGroups/{C.CLUSTER_RG}/providers/Microsoft.HybridCompute/machines"
 
@@ -50,6 +52,7 @@ def test_settings_change_and_reset_restores_the_profile(fresh_emulator):
     ([{"respond": {"status": 429}, "drop": True}], ["faults[0]: respond and drop exclude each other"]),
     ([{"match": {}}], ["faults[0]: nothing to do"]),
     ([{"respond": {"status": 42}}], ["faults[0].respond.status = 42"]),
+    ([{"hold": 30}], ["faults[0].hold = 30", "true or false"]),
     ({"bogus": 1}, ["faults[0].bogus: unknown key"]),
 ])
 def test_bad_fault_rules_are_refused_with_the_problem_named(fresh_emulator, rules, fragments):
@@ -65,10 +68,29 @@ def test_delay_fault_slows_only_matching_requests(fresh_emulator):
     token = fresh_emulator.arm_token()
     fresh_emulator.arm_call("GET", f"{MACHINE}/x", "2024-07-10", token=token)
     assert len(fresh_emulator.state()["faults"]) == 1  # the GET did not use it (a lower bound only below:
-    started = time.time()                                # a loaded machine is slower, never faster)
+    started = time.monotonic()                           # a loaded machine is slower, never faster)
     assert put_machine(fresh_emulator, "slow")[0] == 200
-    assert time.time() - started >= 0.5
+    assert time.monotonic() - started >= 0.5
     assert fresh_emulator.state()["faults"] == []  # used up
+
+
+def test_a_hold_fault_holds_matching_requests_until_the_faults_are_cleared(fresh_emulator):
+    """A gate, not a time: the PUT is held however long the test takes, others go through."""
+    fresh_emulator.faults([{"match": {"server": "arm", "method": "PUT"}, "hold": True}])
+    token = fresh_emulator.arm_token()
+    answers = []
+    held = threading.Thread(target=lambda: answers.append(put_machine(fresh_emulator, "held")[0]))
+    held.start()
+    try:
+        assert wait_for(lambda: fresh_emulator.admin("GET", "faults")[0]["hits"] == 1)
+        assert fresh_emulator.arm_call("GET", f"{MACHINE}/held", "2024-07-10", token=token)[0] == 404
+        assert held.is_alive() and answers == []
+        assert fresh_emulator.requests(method="PUT", path_contains="/held") == []  # logged once answered
+    finally:
+        fresh_emulator.clear_faults()
+        held.join(60)
+    assert answers == [200]
+    assert [r["fault"] for r in fresh_emulator.requests(method="PUT", path_contains="/held")] == ["hold"]
 
 
 def test_himds_rules_do_not_touch_arm(fresh_emulator):

@@ -162,11 +162,15 @@ def test_kubelet_registers_its_node_and_posts_ready_until_stopped(fake_host):
 
 def test_kubelet_waits_for_rbac_then_registers(fake_host):
     setup_node(fake_host)
-    # Long enough that the kubelet's first attempt falls inside it, even under xdist's load.
-    fake_host.emulator.settings(rbac_propagation_delay=3.0)
+    # Ten minutes of the emulator's clock: the kubelet is refused until the test moves the
+    # clock past them, however slow this machine (a real 3 s delay raced its first attempt).
+    emu = fake_host.emulator
+    emu.settings(rbac_propagation_delay=600)
     systemctl(fake_host, "start", "kubelet")
-    assert wait_for(lambda: ready(fake_host.emulator)), kubelet_log(fake_host)
-    assert "HTTP 403" in kubelet_log(fake_host)
+    assert wait_for(lambda: "HTTP 403" in kubelet_log(fake_host)), kubelet_log(fake_host)
+    assert not ready(emu)
+    emu.advance_clock(601)
+    assert wait_for(lambda: ready(emu)), kubelet_log(fake_host)
 
 
 def test_plugin_returning_another_api_version_is_an_error(fake_host):

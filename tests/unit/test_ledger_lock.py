@@ -62,12 +62,14 @@ def test_ledger_replace_drops_fields_not_given_and_keeps_the_undo_order(host):
 def test_lock_is_exclusive_and_names_the_holder(host, tmp_path):
     # A second process holds the lock; we must be refused with its pid.
     script = (
-        "import sys,time; sys.path.insert(0, %r)\n"
+        "import sys; sys.path.insert(0, %r)\n"
         "from aks_flex_node.host import Host\n"
         "from aks_flex_node.engine.lock import RunLock\n"
         "with RunLock(Host(%r), 'bootstrap'):\n"
-        "    print('held', flush=True); time.sleep(30)\n" % (os.getcwd(), str(tmp_path)))
-    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        "    print('held', flush=True); sys.stdin.read()\n" % (os.getcwd(), str(tmp_path)))
+    # It holds the lock until it dies (no time bound: a slow test still meets it holding).
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LockHeldError) as err:
@@ -79,6 +81,8 @@ def test_lock_is_exclusive_and_names_the_holder(host, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdin.close()
+        holder.stdout.close()
     with RunLock(host, "bootstrap"):  # released when the holder died
         pass
 

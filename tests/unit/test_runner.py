@@ -25,7 +25,14 @@ class Recorder:
             self.events.append(event)
 
 
-def make_step(name, needs=(), changes=1, fail=False, sleep=0.0, gathers_facts=True, rec=None):
+# How long a step's change waits at its barrier for the others: a ceiling for a runner that
+# never runs them at once (the barrier breaks, the change fails), never a measure.
+TOGETHER_TIMEOUT = 120
+
+
+def make_step(name, needs=(), changes=1, fail=False, sleep=0.0, gathers_facts=True, rec=None, together=None):
+    """`together`: a threading.Barrier the change waits at, so that it ends only once the
+    barrier's parties are all running at once (concurrency proven, not timed)."""
     class _S(Step):
         pass
 
@@ -41,6 +48,8 @@ def make_step(name, needs=(), changes=1, fail=False, sleep=0.0, gathers_facts=Tr
             def run(i=i):
                 rec.add("apply-start", name, time.monotonic())
                 time.sleep(sleep)
+                if together is not None:
+                    together.wait(TOGETHER_TIMEOUT)
                 rec.add("apply-end", name, time.monotonic())
             plan.add(f"{name} change {i}", "because", run)
         return plan
@@ -73,9 +82,10 @@ def test_needs_order_and_outcomes(rec):
 
 
 def test_independent_branches_overlap(rec):
+    both = threading.Barrier(2)
     steps = [make_step("root", changes=0, rec=rec),
-             make_step("x", ["root"], sleep=0.3, rec=rec),
-             make_step("y", ["root"], sleep=0.3, rec=rec),
+             make_step("x", ["root"], together=both, rec=rec),
+             make_step("y", ["root"], together=both, rec=rec),
              make_step("join", ["x", "y"], rec=rec)]
     result = rn.Runner(steps, ctx()).run()
     assert result.ok
@@ -89,7 +99,8 @@ def test_a_ready_step_never_waits_for_a_worker(rec):
     """Issue 12: after the cluster read, eight steps are ready at once in the bootstrap
     workflow (arc, machine, system, four artifact installs, credentials). A pool smaller
     than that kept a download queued behind a slower step; every ready step now starts."""
-    fan = [make_step(f"s{i}", ["root"], sleep=0.4, rec=rec) for i in range(9)]
+    nine = threading.Barrier(9)
+    fan = [make_step(f"s{i}", ["root"], together=nine, rec=rec) for i in range(9)]
     result = rn.Runner([make_step("root", changes=0, rec=rec)] + fan, ctx()).run()
     assert result.ok
     starts = [e[2] for e in rec.events if e[0] == "apply-start"]
@@ -104,9 +115,10 @@ def test_a_failed_download_fails_its_phase_only_and_leaves_nothing_behind(tmp_pa
     exactly their three files (no partial download)."""
     server = ArtifactServer()
     cache = tmp_path / "cache"
-    downloader = Downloader(cache, backoff=0.01)
+    downloader = Downloader(cache, backoff=0.01, timeout=300)
     bodies = {name: os.urandom(40_000) for name in ("runc", "containerd", "kubernetes", "cni")}
-    urls = {name: server.serve(f"/{name}.tgz", body, delay=0.2) for name, body in bodies.items()}
+    four = threading.Barrier(4)  # each answered only once all four are in flight
+    urls = {name: server.serve(f"/{name}.tgz", body, together=four) for name, body in bodies.items()}
 
     def install_step(name):
         class Install(Step):
@@ -136,7 +148,7 @@ def test_a_failed_download_fails_its_phase_only_and_leaves_nothing_behind(tmp_pa
     assert urls["kubernetes"] in status["kubernetes"].message and "sha256 mismatch" in status["kubernetes"].message
     assert status["kubelet"].status == rn.BLOCKED
     assert {status[n].status for n in ("runc", "containerd", "cni")} == {rn.CHANGED}
-    assert server.max_in_flight == 4  # the four went at once
+    assert server.apart == [] and server.max_in_flight == 4  # the four went at once
     assert sorted(os.listdir(cache)) == sorted(
         f"{hashlib.sha256(bodies[n]).hexdigest()}-{n}.tgz" for n in ("runc", "containerd", "cni"))
 

@@ -16,11 +16,11 @@ from aks_flex_node.host import Host
 from tests.waiting import pauses
 
 HOLD = (
-    "import sys, time; sys.path.insert(0, {repo!r})\n"
+    "import sys; sys.path.insert(0, {repo!r})\n"
     "from aks_flex_node.host import Host\n"
     "from aks_flex_node.engine.lock import RunLock\n"
     "with RunLock(Host({root!r}), 'bootstrap'):\n"
-    "    print('held', flush=True); time.sleep(60)\n")
+    "    print('held', flush=True); sys.stdin.read()\n")  # until killed, or its stdin closed
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def write_running(host, **extra):
 def hold_lock(host):
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD.format(repo=os.getcwd(), root=str(host.root))],
-        stdout=subprocess.PIPE, text=True)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
