@@ -54,6 +54,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     `agent`: the run is the agent's (a kubelet upgrade waits for upgrade_window); `upgrade`:
     `aks-flex-node upgrade` asked for it (a version whose upgrade failed is tried again).
     """
+    from aks_flex_node.steps.migrations import bootstrap_migrations
     from aks_flex_node.steps.workflow import bootstrap_steps
 
     with RunLock(host, "bootstrap", wait=lock_wait):
@@ -66,8 +67,10 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         if ctx.local_only:
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)
-        runner = Runner(bootstrap_steps(ctx.mode), ctx, sequential=sequential, dry_run=dry_run,
-                        only=only, skip=skip, progress=progress, recent_repairs=recent_repairs)
+        steps = bootstrap_steps(ctx.mode)
+        runner = Runner(steps, ctx, sequential=sequential, dry_run=dry_run, only=only, skip=skip,
+                        progress=progress, recent_repairs=recent_repairs,
+                        migrations=bootstrap_migrations(steps))
         base = dict(_identity(cfg), operation="bootstrap",
                     mode="sequential" if sequential else "concurrent",
                     **{"pass": "local" if ctx.local_only else "full"})
@@ -88,6 +91,8 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             duration_s=round(result.finished - result.started, 3), exit_code=int(code),
             error=_error_dict(result.error), phases=phases, dry_run=dry_run,
             owed=[o.to_dict() for o in ctx.obligations()], kubelet=_kubelet_summary(host, ledger))
+        if result.migrations:
+            summary["migrations"] = [m.to_dict() for m in result.migrations]
         if not dry_run:
             if result.ok or ledger.entries():
                 joined = dict(_identity(cfg), subscription_id=cfg.subscription_id,

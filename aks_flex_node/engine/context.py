@@ -58,10 +58,11 @@ class Context:
 
     def adopt(self, step, kind, id, **extra):
         """Note, from a check, something found in place that is ours (our deterministic
-        role assignment name, the unit we enabled, an install an older release recorded
-        in less detail) but missing from the ledger. A check only reads: the runner writes
-        what it noted to the ledger once the check is done (`take_adopted`), and a dry run
-        writes nothing."""
+        role assignment name, the unit we enabled, a file's new fingerprint) but missing
+        from the ledger. A check only reads: the runner writes what it noted to the ledger
+        once the check is done (`take_adopted`), and a dry run writes nothing. (What an
+        earlier release recorded in an older layout is no check's business: migrations
+        bring it to today's before the first check, engine/migration.py.)"""
         with self._lock:
             self._adopted.append((step, kind, id, extra))
 

@@ -61,11 +61,23 @@ def _empty():
 
 
 class Ledger:
+    is_detached = False  # a copy never saved (detached())
+
     def __init__(self, host, path=paths.LEDGER):
         self._host = host
         self._path = path
         self._lock = threading.RLock()
         self._data = self._read()
+
+    def detached(self):
+        """A copy of this ledger held in memory and never saved: a dry run's, where what its
+        migrations change (engine/migration.py) is read by its checks and nothing is written."""
+        with self._lock:
+            other = copy.copy(self)
+            other._lock = threading.RLock()
+            other._data = copy.deepcopy(self._data)
+            other.is_detached = True
+        return other
 
     def _read(self):
         raw = self._host.read_bytes(self._path)
@@ -107,6 +119,8 @@ class Ledger:
                 f"command with that; keep {self._path}: without it nothing can be undone safely")
 
     def _save(self):
+        if self.is_detached:
+            return
         body = json.dumps(self._data, indent=2, sort_keys=True).encode() + b"\n"
         with writing_state(self._host.path(self._path)):
             self._host.ensure_dir(paths.STATE_DIR, 0o700)
@@ -215,6 +229,8 @@ class Ledger:
 
     def remove_file(self):
         """Drop the ledger itself once nothing is left to track."""
+        if self.is_detached:
+            raise RuntimeError("a detached ledger has no file")
         with self._lock, writing_state(self._host.path(self._path)):
             self._host.remove(self._path)
             self._data = _empty()

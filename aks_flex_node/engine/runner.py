@@ -14,6 +14,11 @@ cloud read in a local pass) is not checked. A check only reads: what it found in
 that is ours (Context.adopt) is written to the ledger by the runner after it. What an action
 owes (a restart) goes into the ledger before the action runs.
 
+`migrations` (engine/migration.py) run first, once, before any step is checked: what an
+earlier release left in an older layout is brought to today's, so a check reads only
+today's layout. A dry run migrates nothing and reports what is pending; a migration that
+fails blocks every phase (they would read a layout half-way between two).
+
 `recent_repairs` are the (phase, action) pairs the previous pass of the agent applied. One
 that is needed again right away did not stick (something undoes it, or it has no effect
 here): the phase fails with RepairDidNotStick instead of repairing it again in silence.
@@ -27,6 +32,7 @@ import time
 import traceback
 from typing import List, Optional
 
+from aks_flex_node.engine import migration as mg
 from aks_flex_node.errors import FlexNodeError, RepairDidNotStick, UsageError
 
 log = logging.getLogger(__name__)
@@ -74,22 +80,30 @@ class RunResult:
     phases: List[PhaseResult]
     started: float
     finished: float
+    migrations: List[mg.MigrationResult] = dataclasses.field(default_factory=list)
 
     @property
     def failed(self):
         return [p for p in self.phases if p.status == FAILED]
 
     @property
+    def failed_migration(self):
+        return next((m for m in self.migrations if m.status == mg.FAILED), None)
+
+    @property
     def ok(self):
-        return not self.failed
+        return not self.failed and self.failed_migration is None
 
     @property
     def error(self):
+        if self.failed_migration is not None:
+            return self.failed_migration.error
         return self.failed[0].error if self.failed else None
 
     @property
     def changed(self):
-        return any(p.status in (CHANGED, PLANNED) for p in self.phases)
+        return any(p.status in (CHANGED, PLANNED) for p in self.phases) or any(
+            m.status in (mg.MIGRATED, mg.PENDING) for m in self.migrations)
 
     @property
     def applied(self):
@@ -111,8 +125,9 @@ def select(steps, only=(), skip=()):
 
 class Runner:
     def __init__(self, steps, ctx, *, sequential=False, dry_run=False, only=(), skip=(),
-                 progress=None, max_workers=None, recent_repairs=frozenset()):
+                 progress=None, max_workers=None, recent_repairs=frozenset(), migrations=()):
         self.steps = list(steps)
+        self.migrations = tuple(migrations)
         self.by_name = {s.name: s for s in self.steps}
         for step in self.steps:
             for dep in step.needs:
@@ -144,6 +159,14 @@ class Runner:
         schedule = self._schedule()
         results = {s.name: PhaseResult(s.name, s.branch, SKIPPED,
                                        message="skipped (not selected)") for s in self.steps}
+        migrated = mg.run_migrations(self.migrations, self.ctx,
+                                     dry_run=self.dry_run or self.ctx.dry_run)
+        failed_migration = next((m for m in migrated if m.status == mg.FAILED), None)
+        if failed_migration is not None:
+            for step in schedule:
+                results[step.name].status = BLOCKED
+                results[step.name].message = f"not run: migration {failed_migration.name} failed"
+            return RunResult([results[s.name] for s in self.steps], started, time.time(), migrated)
         total = len(self.selected)
         counter = {"n": 0}
         pending = [s for s in schedule]
@@ -196,7 +219,7 @@ class Runner:
             blockers = [d for d in step.needs if results[d].status in (FAILED, BLOCKED)]
             results[step.name].message = (
                 f"not run: {', '.join(blockers)} failed" if blockers else "not run: the run failed")
-        return RunResult([results[s.name] for s in self.steps], started, time.time())
+        return RunResult([results[s.name] for s in self.steps], started, time.time(), migrated)
 
     def _record_adopted(self, step):
         """What `step`'s check found in place that is ours, into the ledger (a check only

@@ -69,6 +69,31 @@ def fingerprint(host, path):
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
+def intact(host, url, files, members, note=None):
+    """The file entries (`files`: node path -> ledger entry) of `members` when each is on
+    disk as the install from `url` wrote it; None when one is missing, old or changed. The
+    fingerprint says so without reading the file; when it moved, the bytes are hashed, and
+    if they are the recorded ones the new fingerprint goes to `note(step, "file", path,
+    fingerprint=...)` (bookkeeping, not a change to the host: the next run reads the file's
+    metadata instead of hashing it again); `note` None: noted nowhere."""
+    entries = []
+    for path in members:
+        entry = files.get(path)
+        if entry is None or entry.get("artifact_url") != url:
+            return None  # the run that recorded the install was killed before this file
+        seen = fingerprint(host, path)
+        if seen is None:
+            return None
+        if seen != entry.get("fingerprint"):
+            data = host.read_bytes(path)
+            if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+                return None
+            if note is not None:
+                note(entry["step"], "file", path, fingerprint=seen)
+        entries.append(entry)
+    return entries
+
+
 class ArtifactStep(tracked.OwnsPaths, Step):
     """Subclasses set `artifact` (a config artifact name), `version_key`, `dest_dir`,
     `single_file` (the name of a bare-binary artifact) or override `dest_name`, and
@@ -101,43 +126,18 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         """The id of the ledger's `artifact` record of `version`'s install."""
         return self.artifact
 
-    def installed(self, ctx, url, version=None):
+    def installed(self, ctx, url, version=None, note=None):
         """The ledger's file entries of this artifact when every file the install from `url`
-        writes is on disk as it wrote it; None when one is missing, old or changed."""
+        writes is on disk as it wrote it; None when one is missing, old or changed. A file
+        whose fingerprint moved but whose bytes are the recorded ones has its new
+        fingerprint noted with `note` (default: Context.adopt, as a check reads only; an
+        earlier release's install without an artifact record got one from
+        steps/migrations.py before the run's first check)."""
         record = ctx.ledger.get(ARTIFACT_KIND, self.record_id(version))
-        files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind="file")}
-        if record is None and self.record_id(version) == self.artifact:
-            # An earlier release recorded each file but not the archive's list. Its install
-            # is taken as whole when every file it recorded from `url` is intact:
-            # reinstalling would restart the kubelet and containerd on `apt upgrade`.
-            members = [path for path, e in files.items() if e.get("artifact_url") == url]
-            entries = self._intact(ctx, url, files, members) if members else None
-            if entries:
-                ctx.adopt(self.name, ARTIFACT_KIND, self.artifact, url=url, members=members)
-            return entries
         if record is None or record.get("url") != url or not record.get("members"):
-            return None  # another version
-        return self._intact(ctx, url, files, record["members"])
-
-    def _intact(self, ctx, url, files, members):
-        entries = []
-        for path in members:
-            entry = files.get(path)
-            if entry is None or entry.get("artifact_url") != url:
-                return None  # the run that recorded the install was killed before this file
-            seen = fingerprint(ctx.host, path)
-            if seen is None:
-                return None
-            if seen != entry.get("fingerprint"):
-                data = ctx.host.read_bytes(path)
-                if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-                    return None
-                if not ctx.dry_run:
-                    # Bookkeeping of ours, not a change to the host: the next run reads the
-                    # file's metadata instead of hashing it again.
-                    ctx.ledger.record(entry["step"], "file", path, fingerprint=seen)
-            entries.append(entry)
-        return entries
+            return None  # not installed, another version
+        files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind="file")}
+        return intact(ctx.host, url, files, record["members"], ctx.adopt if note is None else note)
 
     def wanted(self, ctx, plan):
         """(version, url, checksum_url) of the wanted release, after planning the cache's
@@ -186,7 +186,7 @@ class ArtifactStep(tracked.OwnsPaths, Step):
                 log.warning("cannot clean up after the failed install of %s: %s", url, e)
             raise
         ctx.ledger.forget(STAGING_KIND, unpack.record_id)
-        if not self.installed(ctx, url, version):
+        if not self.installed(ctx, url, version, note=ctx.ledger.record):
             raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
 
     def _commit(self, ctx, url, unpack):

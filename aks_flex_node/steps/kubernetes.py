@@ -1,14 +1,12 @@
 """The Kubernetes node binaries, side by side per version, and the CNI plugins."""
 
-import hashlib
 import json
 import os
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step
-from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.kubeversion import KubeVersion, VersionError
 from aks_flex_node.steps import tracked
-from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep, fingerprint
+from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep
 
 KUBE_BINARIES = ("kubelet", "kubectl", "kubeadm")
 BIN_DIR = "/usr/local/bin"
@@ -131,64 +129,31 @@ class KubernetesBinariesStep(ArtifactStep):
         if wanted is None:
             return plan
         version, url, checksum_url = wanted
+        # An earlier release's single-version layout was moved into the versioned
+        # directories before this check (steps/migrations.py).
         active = active_version(ctx.host)
-        legacy = self._legacy_install(ctx, url) if active is None else None
-        if legacy:
-            plan.add(f"copy kubernetes {version} from {BIN_DIR} into {version_dir(version)}",
-                     "an earlier aks-flex-node installed one version there; versions now sit side by side",
-                     lambda: self._adopt(ctx, url, version, legacy))
-        elif not self.installed(ctx, url, version):
+        if not self.installed(ctx, url, version):
             # Rewriting the active version's files changes what the kubelet runs.
             plan.add(f"install kubernetes {version} into {version_dir(version)}",
                      "not installed, a file was changed, or an install was cut short",
                      lambda: self.install(ctx, url, checksum_url, version),
                      owes=self.owes(version) if version == active else ())
         if active != version and (active is None or not node_registered(ctx)):
-            # No Node yet, so no workload to move off first. The binaries of an earlier
-            # release's layout are the same bytes: the running kubelet is that version.
+            # No Node yet, so no workload to move off first.
             plan.add(f"make kubernetes {version} the active version ({CURRENT} -> v{version})",
                      "no version is active yet" if active is None else
                      f"{active} is active and this node has no Node registered yet",
-                     lambda: switch(ctx, version), owes=() if legacy else self.owes(version))
+                     lambda: switch(ctx, version), owes=self.owes(version))
         for tool in KUBE_BINARIES:
             path, target = f"{BIN_DIR}/{tool}", bin_link(tool)
             if ctx.host.read_link(path) != target:
                 plan.add(f"link {path} to the active version ({target})",
                          "the kubelet's unit and operators run it from there",
                          lambda p=path, t=target: tracked.link_tracked(ctx, self.name, p, t))
-        if ctx.ledger.get(ARTIFACT_KIND, self.artifact) is not None:
-            plan.add(f"forget the record of the single-version install in {BIN_DIR}",
-                     "its files are links into the versioned directories now",
-                     lambda: ctx.ledger.forget(ARTIFACT_KIND, self.artifact))
         self._plan_prune(ctx, plan, keep={version, active, *upgrade_versions(ctx)})
         if not plan.actions:
             plan.noop_reason = f"kubernetes {version} installed, intact and active"
         return plan
-
-    def _legacy_install(self, ctx, url):
-        """The file entries of a single-version install in /usr/local/bin (an earlier
-        release's layout) from `url`, when every file is intact; None otherwise."""
-        record = ctx.ledger.get(ARTIFACT_KIND, self.artifact)
-        files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind="file")}
-        if record is not None:
-            members = record.get("members") if record.get("url") == url else None
-        else:
-            members = [p for p, e in files.items() if e.get("artifact_url") == url and p.startswith(BIN_DIR + "/")]
-        return self._intact(ctx, url, files, members) if members else None
-
-    def _adopt(self, ctx, url, version, entries):
-        directory = version_dir(version)
-        ctx.ledger.record(self.name, ARTIFACT_KIND, self.record_id(version), url=url,
-                          members=[f"{directory}/{os.path.basename(e['id'])}" for e in entries])
-        tracked.make_parents(ctx, self.name, directory + "/")
-        for entry in entries:
-            data = ctx.host.read_bytes(entry["id"])
-            if data is None or hashlib.sha256(data).hexdigest() != entry["sha256"]:
-                raise FlexNodeError(f"{entry['id']} changed while it was being copied; run bootstrap again")
-            path = f"{directory}/{os.path.basename(entry['id'])}"
-            tracked.write_tracked(ctx, self.name, path, data, 0o755, artifact=self.artifact,
-                                  artifact_url=url, sha256=entry["sha256"])
-            ctx.ledger.record(self.name, "file", path, fingerprint=fingerprint(ctx.host, path))
 
     def _plan_prune(self, ctx, plan, keep):
         """Remove the versions neither wanted, nor active, nor part of an upgrade under way:
