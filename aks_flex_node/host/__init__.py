@@ -10,8 +10,8 @@ import importlib
 _WHERE = {
     "ArchiveError": "archive",
     "Azcmagent": "azcmagent", "AzcmagentError": "azcmagent",
-    "ChecksumMismatch": "download", "DownloadError": "download", "Downloader": "download",
-    "DownloadUnavailable": "download",
+    "ChecksumMismatch": "download_errors", "DownloadError": "download_errors",
+    "DownloadUnavailable": "download_errors", "Downloader": "download",
     "HostFileError": "fs",
     "Kernel": "kernel", "comment_out_swap": "kernel",
     "Mount": "mounts", "MountinfoError": "mounts",

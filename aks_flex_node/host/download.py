@@ -11,30 +11,19 @@ their artifacts download in parallel; at most `max_parallel` requests are open a
 (each attempt takes a slot, a retry's backoff does not hold one), which bounds what a join
 asks of a mirror or a proxy however many artifacts the workflow grows.
 
-A connection dropped mid-body resumes where it stopped: the next attempt asks for the rest
-with a Range request (RFC 9110 §14.2), guarded by If-Range with the strong validator the
-first response carried (ETag, else Last-Modified: §13.1.5), so a file changed on the
-server in between comes whole instead of spliced. A server that answers 200 instead of 206
-sends the whole body, and the download starts over; without a validator it always does.
-The sha256 is computed as the bytes arrive, across attempts: one pass over the body.
-
-A caller that unpacks what it downloads (fetch_into) reads the body while it arrives: its
-sink runs in a thread of its own over the part file as it grows, so an archive is
-extracted while it downloads and never read a second time. A resumed download goes on
-feeding the same read; one that starts over tells the sink to drop what it made and read
-again from the first byte; a body that does not match its sha256 is never read to its end
-(the sink is told to drop everything).
+This module holds the network side: requests, retries, and where the cache keeps what.
+A body is received into a part file that a dropped connection resumes (part_file.py),
+may be read by a sink while it arrives (body_feed.py), and is checked against a sha256
+that the caller or a checksum file gives (checksums.py).
 """
 
 import errno
 import hashlib
 import http.client
-import io
 import logging
 import os
 import re
 import ssl
-import tempfile
 import threading
 import time
 import urllib.error
@@ -43,9 +32,11 @@ import urllib.request
 from pathlib import Path
 
 from aks_flex_node import __version__
-from aks_flex_node.errors import FlexNodeError, TemporaryError
-from aks_flex_node.host import fs
-from aks_flex_node.http_policy import HttpPolicy, redact
+from aks_flex_node.host import fs, part_file
+from aks_flex_node.host.body_feed import Feed, read_cached
+from aks_flex_node.host.checksums import UnverifiedChecksums, check_sha256, check_url, parse_checksums
+from aks_flex_node.host.download_errors import ChecksumMismatch, DownloadError, DownloadUnavailable
+from aks_flex_node.http_policy import HttpPolicy
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +56,6 @@ TRANSIENT_STATUS = {408, 429}
 # containerd, kubernetes, CNI plugins) goes without waiting.
 MAX_PARALLEL = 4
 
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-# sha256sum output: "<hex>  <name>" (text mode) or "<hex> *<name>" (binary mode).
-_GNU_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
-# BSD / `sha256sum --tag` output: "SHA256 (<name>) = <hex>".
-_BSD_LINE = re.compile(r"SHA256 \((.+)\) = ([0-9a-fA-F]{64})")
-
-# A download in progress: .download-<pid of the run>.<random>.part (see _download_to).
-# What a 206's Content-Range says it holds: "bytes <first>-<last>/<length or *>".
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-_PART = re.compile(r"\.download-(\d+)\.[A-Za-z0-9_]+\.part")
-
 
 # One lock per cache file, so threads fetching the same artifact download it once.
 _locks_guard = threading.Lock()
@@ -87,192 +67,14 @@ def _lock_for(path):
         return _locks.setdefault(os.fspath(path), threading.Lock())
 
 
-class DownloadError(FlexNodeError):
-    """A download failed for a reason that another try will not fix."""
-
-    code = "download"
-
-
-class ChecksumMismatch(DownloadError):
-    code = "checksum-mismatch"
-
-
-class DownloadUnavailable(TemporaryError):
-    """The server could not be reached or kept failing: try again later."""
-
-    code = "download-unavailable"
-
-
 class _Transient(Exception):
     """One attempt failed in a way that may pass; carries the reason for the last error."""
-
-
-class _Partial:
-    """The body of one fetch so far, kept across its attempts: the file it is written to,
-    how many bytes it holds, their running sha256, and the validator that lets the next
-    attempt ask for the rest (None: it cannot, it starts over).
-
-    A sink's reader (_Body) follows it from another thread: `size` only counts bytes that
-    are in the file, `generation` changes when the body starts over, and `outcome` says
-    how the fetch ended ("verified", "mismatch" or "failed"; None while it runs)."""
-
-    def __init__(self, out, path):
-        self.out = out
-        self.path = path
-        self.size = 0
-        self.digest = hashlib.sha256()
-        self.validator = None
-        self.generation = 0
-        self.outcome = None
-        self.changed = threading.Condition()
-
-    def restart(self):
-        if not self.size:
-            return  # nothing was written, nor read by a sink
-        with self.changed:
-            self.out.seek(0)
-            self.out.truncate()
-            self.size = 0
-            self.digest = hashlib.sha256()
-            self.generation += 1
-            self.changed.notify_all()
-
-    def append(self, chunk):
-        self.digest.update(chunk)
-        self.out.write(chunk)  # an OSError here is the file's: _write_part names it
-        self.out.flush()  # in the file before a reader is told it is there
-        with self.changed:
-            self.size += len(chunk)
-            self.changed.notify_all()
-
-    def end(self, outcome):
-        with self.changed:
-            self.outcome = outcome
-            self.changed.notify_all()
-
-    def settled(self, generation):
-        """Wait until the fetch has ended or started over: its outcome when it ended on the
-        body of `generation`, None when it started over since."""
-        with self.changed:
-            self.changed.wait_for(lambda: self.outcome is not None or self.generation != generation)
-            return self.outcome if self.generation == generation else None
-
-    def resume_headers(self):
-        if not self.size or self.validator is None:
-            return {}
-        return {"Range": f"bytes={self.size}-", "If-Range": self.validator}
-
-
-class _StartedOver(Exception):
-    """The body a sink was reading was thrown away: the download started over."""
-
-
-class _Abandoned(Exception):
-    """The fetch failed or did not match its sha256: nothing it sent is of use."""
-
-
-class _Body(io.RawIOBase):
-    """The bytes of a part file for a sink to read while they are written: a read waits
-    for more until the fetch ends, and ends (b"") once the whole body has verified."""
-
-    def __init__(self, part, generation):
-        self._fd = None  # first: close() runs even when the open below fails
-        super().__init__()
-        self._part = part
-        self.generation = generation
-        self._fd = os.open(part.path, os.O_RDONLY | os.O_CLOEXEC)
-        self._offset = 0
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        part = self._part
-        with part.changed:
-            part.changed.wait_for(lambda: part.generation != self.generation
-                                  or part.size > self._offset or part.outcome is not None)
-            if part.generation != self.generation:
-                raise _StartedOver()
-            if part.outcome not in (None, "verified"):
-                raise _Abandoned()
-            if part.size <= self._offset:
-                return 0  # the whole body, verified
-            wanted = min(len(buffer), part.size - self._offset)
-        data = os.pread(self._fd, wanted, self._offset)
-        with part.changed:
-            if part.generation != self.generation:  # truncated while we read
-                raise _StartedOver()
-        buffer[:len(data)] = data
-        self._offset += len(data)
-        return len(data)
-
-    def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        super().close()
-
-
-def check_sha256(value, field="sha256"):
-    if not isinstance(value, str) or not _SHA256.fullmatch(value):
-        raise ValueError(f"{field} = {value!r}: expected 64 hexadecimal characters")
-    return value.lower()
-
-
-def check_url(url, field="url"):
-    try:
-        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = redact(url) if isinstance(url, str) else url  # a proxy's password stays out
-        raise ValueError(f"{field} = {shown!r}: expected an http:// or https:// URL")
-    return url
 
 
 def _cache_basename(url):
     name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
     name = re.sub(r"[^A-Za-z0-9._+-]", "_", name).lstrip(".")
     return name[:128] or "download"
-
-
-def parse_checksums(text, filename, source):
-    """The sha256 for `filename` in a checksum file's text.
-
-    Accepts sha256sum lines (`<hex>  <name>`, `<hex> *<name>`), BSD lines
-    (`SHA256 (<name>) = <hex>`) and a bare hex digest. Picks the entry whose name's
-    basename is `filename`; failing that, the only entry there is.
-    """
-    entries = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        gnu, bsd = _GNU_LINE.fullmatch(line), _BSD_LINE.fullmatch(line)
-        if gnu:
-            entries.append((gnu.group(1).lower(), gnu.group(2).strip()))
-        elif bsd:
-            entries.append((bsd.group(2).lower(), bsd.group(1).strip()))
-        elif _SHA256.fullmatch(line):
-            entries.append((line.lower(), None))
-        else:
-            raise DownloadError(
-                f"checksum file {source} line {number} is {raw[:80]!r}: expected "
-                "'<sha256>  <file name>', '<sha256> *<file name>' or a bare sha256"
-            )
-    if not entries:
-        raise DownloadError(f"checksum file {source} is empty: expected at least one sha256")
-    for digest, name in entries:
-        if name is not None and name.rsplit("/", 1)[-1] == filename:
-            return digest
-    if len(entries) == 1:
-        digest, name = entries[0]
-        if name is not None:
-            log.warning("checksum file %s names %s, not %s; using its only sha256",
-                        source, name, filename)
-        return digest
-    names = ", ".join(name or "<unnamed>" for _, name in entries)
-    raise DownloadError(f"checksum file {source} has no entry for {filename} (it lists {names})")
 
 
 class Downloader:
@@ -289,10 +91,7 @@ class Downloader:
         self.policy = policy = policy or HttpPolicy()
         ca_bundle = policy.ca_bundle
         self.timeout = timeout
-        # sha256 -> [(cache path, body)] of checksum files read but not yet verified by a
-        # fetch: written to the cache only once an artifact matches them.
-        self._unverified = {}
-        self._unverified_lock = threading.Lock()
+        self._unverified = UnverifiedChecksums()
         self.attempts = max(1, int(attempts))
         self.backoff = backoff
         if not isinstance(max_parallel, int) or max_parallel < 1:
@@ -336,11 +135,11 @@ class Downloader:
         sha256 = check_sha256(sha256)
         final = self.cache_path(url, sha256)
         with _lock_for(final):
-            self._remove_dead_parts()
+            part_file.remove_dead(self.cache_dir)
             if fs.file_sha256(final) == sha256:
                 log.debug("cache hit for %s: %s", url, final)
-                self._checksums_verified(sha256, True)
-                return Path(final), (_read_cached(final, sink) if sink else None)
+                self._unverified.verified(sha256, True)
+                return Path(final), (read_cached(final, sink) if sink else None)
             if fs.exists(final):
                 log.warning("cached %s does not match its sha256; downloading it again", final)
                 fs.remove(final)
@@ -351,9 +150,9 @@ class Downloader:
                 if sink is not None:
                     sink.discard()
                 if isinstance(e, ChecksumMismatch):
-                    self._checksums_verified(sha256, False)
+                    self._unverified.verified(sha256, False)
                 raise
-        self._checksums_verified(sha256, True)
+        self._unverified.verified(sha256, True)
         if read is not None and read.error is not None:
             sink.discard()
             raise read.error
@@ -362,10 +161,9 @@ class Downloader:
     def checksum(self, checksum_url, filename):
         """The sha256 that the checksum file at `checksum_url` gives for `filename`.
 
-        A copy is kept in the cache once an artifact has verified against it (fetch);
-        when the server cannot be reached the cached copy is used, so a re-run with a warm
-        cache works offline. A checksum file an artifact did not match (a bad mirror, a
-        wrong release) is never kept, so it cannot outlive the server's fix while offline.
+        A copy is kept in the cache once an artifact has verified against it (fetch, and
+        checksums.UnverifiedChecksums says why only then); when the server cannot be
+        reached the cached copy is used, so a re-run with a warm cache works offline.
         """
         check_url(checksum_url, "checksum_url")
         key = hashlib.sha256(checksum_url.encode()).hexdigest()[:16]
@@ -384,40 +182,8 @@ class Downloader:
                 f"checksum file {checksum_url} is not text: expected sha256sum output"
             ) from None
         digest = parse_checksums(text, filename, checksum_url)
-        with self._unverified_lock:
-            self._unverified.setdefault(digest, []).append((cached, body))
+        self._unverified.add(digest, cached, body)
         return digest
-
-    def _checksums_verified(self, sha256, matched):
-        """An artifact did (`matched`) or did not match `sha256`: keep the checksum files
-        that gave it in the cache, or drop them (the cached copy too, when it gave it)."""
-        with self._unverified_lock:
-            sources = self._unverified.pop(sha256, [])
-        for cached, body in sources:
-            if matched:
-                fs.write_file(cached, body, 0o644)
-            elif fs.read_bytes(cached) == body:
-                log.warning("removing %s: the artifact did not match its sha256", cached)
-                fs.remove(cached)
-
-    def _remove_dead_parts(self):
-        """Remove the partial downloads of runs that were killed (their `finally` never
-        ran): the pid in a part's name is gone. A live run's, this one's included, stays."""
-        try:
-            names = os.listdir(self.cache_dir)
-        except OSError:
-            return
-        for name in names:
-            match = _PART.fullmatch(name)
-            if match is None or fs.pid_alive(int(match.group(1))):
-                continue
-            try:
-                os.unlink(os.path.join(self.cache_dir, name))
-                log.info("removed %s, a partial download a killed run left", name)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.warning("cannot remove %s, a partial download a killed run left: %s", name, e)
 
     # ---- one attempt ----------------------------------------------------------------
 
@@ -475,12 +241,11 @@ class Downloader:
 
     def _download_to(self, url, final, sha256, sink):
         """Download `url` into a part file next to `final`, every attempt continuing the
-        same part (_Partial), verify the sha256 and rename it into place; the sink's
-        reading of it (_Feed), or None."""
+        same part (part_file.Partial), verify the sha256 and rename it into place; the
+        sink's reading of it (body_feed.Feed), or None."""
         started = time.monotonic()
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".download-{os.getpid()}.", suffix=".part",
-                                       dir=self.cache_dir)
+            fd, tmp = part_file.open_part(self.cache_dir)
         except OSError as e:
             raise self._cannot_save(url, self.cache_dir, e) from e
         try:
@@ -507,8 +272,8 @@ class Downloader:
         `final`: (its size, the sink's reading of it or None)."""
         try:
             with os.fdopen(fd, "wb") as out:
-                part = _Partial(out, tmp)
-                read = _Feed(part, sink) if sink is not None else None
+                part = part_file.Partial(out, tmp)
+                read = Feed(part, sink) if sink is not None else None
                 try:
                     self._with_retries(url, lambda: self._receive(url, part))
                     actual = part.digest.hexdigest()
@@ -548,8 +313,7 @@ class Downloader:
             raise
         with response:
             if resume and response.status == 206:
-                match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
-                if match is None or int(match.group(1)) != part.size:
+                if part_file.range_start(response.headers.get("Content-Range", "")) != part.size:
                     part.restart()
                     raise _Transient(f"asked for the bytes from {part.size} on, the server sent "
                                      f"Content-Range {response.headers.get('Content-Range')!r}")
@@ -558,7 +322,7 @@ class Downloader:
                 if part.size:
                     log.info("%s: the server sent the whole file again; starting over", url)
                 part.restart()
-                part.validator = _validator(response.headers)
+                part.validator = part_file.validator(response.headers)
             received = 0
             while True:
                 try:
@@ -580,49 +344,3 @@ class Downloader:
             expected = response.headers.get("Content-Length")
             if expected and expected.isdigit() and received < int(expected):
                 raise _Transient(f"connection closed after {part.size} bytes, {int(expected) - received} short")
-
-
-class _Feed(threading.Thread):
-    """A sink reading a part file while it is written (fetch_into): read_from again from
-    the first byte whenever the download starts over, and, once the download has ended,
-    what the read of its verified body returned (`result`) or raised (`error`)."""
-
-    def __init__(self, part, sink):
-        super().__init__(name=f"read {os.path.basename(part.path)}", daemon=True)
-        self.part, self.sink = part, sink
-        self.result = self.error = None
-        self.start()
-
-    def run(self):
-        while True:
-            generation = self.part.generation
-            self.result = self.error = None
-            try:
-                with io.BufferedReader(_Body(self.part, generation), CHUNK) as body:
-                    self.result = self.sink.read_from(body)
-            except (_StartedOver, _Abandoned):
-                pass
-            except BaseException as e:  # raised for the caller once the body is verified
-                self.error = e
-            if self.part.settled(generation) is not None:
-                return  # verified (the result stands) or failed (the caller discards)
-            self.sink.discard()
-
-
-def _read_cached(path, sink):
-    """sink.read_from over a verified cached file; discarded when it raises."""
-    try:
-        with open(path, "rb") as body:
-            return sink.read_from(body)
-    except BaseException:
-        sink.discard()
-        raise
-
-
-def _validator(headers):
-    """What If-Range may carry for this response: a strong ETag, else Last-Modified, else
-    None (a weak ETag cannot guard a range: RFC 9110 §13.1.5)."""
-    etag = headers.get("ETag")
-    if etag and not etag.startswith("W/"):
-        return etag
-    return headers.get("Last-Modified")

@@ -5,7 +5,8 @@ ubuntu-pro-client's system.write_file: a temp file in the same directory (create
 O_EXCL, so a secret is never readable by others even for an instant), mode and owner set
 before the rename, the file and its directory fsynced, the temp file removed on failure.
 The temp file's name carries the writer's pid, so the temp a killed writer left (its
-`finally` never ran) is recognised and removed by the next write or removal of that file.
+`finally` never ran) is recognised and removed by the next write or removal of that file
+(temps.py holds that rule). A tree is removed only by tree.py, never by this module.
 Content, mode and owner are compared each on its own, as pyinfra's files.put does, so a
 mode drift is repaired with a chmod and the content is left alone.
 """
@@ -14,12 +15,11 @@ import errno
 import hashlib
 import logging
 import os
-import posixpath
-import re
 import stat
 import tempfile
 
 from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.host import temps
 
 log = logging.getLogger(__name__)
 
@@ -117,74 +117,13 @@ def make_parents(directory):
     return created
 
 
-def _temp_prefix(path):
-    # Short enough for NAME_MAX whatever the target's name is.
-    return "." + os.path.basename(path)[:64] + "."
-
-
-def pid_alive(pid):
-    """Whether process `pid` exists (kill(2) with signal 0): a leftover named after a dead
-    writer is stale."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, and is someone else's
-    return True
-
-
-def stale_temps(path, writer=None):
-    """The temp files a writer of `path` killed mid-write left next to it (kill -9, a power
-    cut: its `finally` never ran): `.<name>.<pid>.<random>.tmp` whose pid is gone. A
-    writer that is still alive keeps its temp file; one without a pid in its name (written
-    by someone else) is never taken for ours. `writer`: the pid of a run the caller knows
-    is over (the ledger's record of it, under the run lock), whose temps go whether or not
-    the pid has been taken by another process since."""
-    path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    pattern = re.compile(re.escape(_temp_prefix(path)) + r"(\d+)\.[A-Za-z0-9_]+\.tmp")
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    stale = []
-    for name in names:
-        match = pattern.fullmatch(name)
-        pid = int(match.group(1)) if match else None
-        if match and (pid == writer if writer is not None else not pid_alive(pid)):
-            candidate = os.path.join(directory, name)
-            st = _lstat(candidate)
-            # A regular file (write_file's) or a link (write_symlink's), never a directory.
-            if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                stale.append(candidate)
-    return sorted(stale)
-
-
-def remove_stale_temps(path, writer=None):
-    """Remove stale_temps(path, writer); returns what was removed. A failure is logged, not
-    raised: the leftover is the old run's, and the write at hand does not depend on it."""
-    removed = []
-    for temp in stale_temps(path, writer):
-        try:
-            os.unlink(temp)
-            removed.append(temp)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            log.warning("cannot remove %s, a temp file a killed run left: %s", temp, e)
-    if removed:
-        log.info("removed %s, left by a killed run", ", ".join(removed))
-    return removed
-
-
 def open_temp(path):
     """(fd, name) of a new empty file (0600, O_EXCL) next to `path`, to be renamed over it:
     `.<name>.<pid>.<random>.tmp`, the pid letting a later run tell a dead writer's leftover
-    from a live one's (stale_temps). A stale temp of `path` is removed first."""
-    remove_stale_temps(path)
+    from a live one's (temps.stale_temps). A stale temp of `path` is removed first."""
+    temps.remove_stale_temps(path)
     try:
-        return tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp",
+        return tempfile.mkstemp(prefix=temps.writer_prefix(path), suffix=temps.SUFFIX,
                                 dir=os.path.dirname(path))
     except OSError as e:  # a full or read-only filesystem, a directory we may not write
         raise _fail("write", path, e) from e
@@ -291,8 +230,8 @@ def write_symlink(path, target):
         return None
     directory = os.path.dirname(path)
     make_parents(directory)
-    remove_stale_temps(path)
-    tmp = os.path.join(directory, f"{_temp_prefix(path)}{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    temps.remove_stale_temps(path)
+    tmp = os.path.join(directory, f"{temps.writer_prefix(path)}{os.urandom(4).hex()}{temps.SUFFIX}")
     try:
         os.symlink(target, tmp)
         os.replace(tmp, path)
@@ -341,11 +280,11 @@ def remove(path):
 
     Returns False when nothing was there. A directory with content is refused, so no
     caller can recurse into a configured path by accident: a tree goes only through
-    remove_tree, which never crosses a mount point.
+    tree.remove_tree, which never crosses a mount point.
     """
     st = _lstat(path)
     if st is None or not stat.S_ISDIR(st.st_mode):
-        remove_stale_temps(path)  # a killed writer's temp goes with the file it was writing
+        temps.remove_stale_temps(path)  # a killed writer's temp goes with the file it was writing
     if st is None:
         return False
     try:
@@ -359,111 +298,4 @@ def remove(path):
         if e.errno in (errno.ENOTEMPTY, errno.EEXIST):  # rmdir(2) allows either
             raise HostFileError(f"{path} is a directory with content: not removed") from e
         raise _fail("remove", path, e) from e
-    return True
-
-
-# Opening a directory to walk it: never through a symlink (O_NOFOLLOW), and a file or a
-# link fails with ENOTDIR/ELOOP before anything is opened (so a fifo never blocks).
-_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# Deeper than any tree we create; an odd deeper one is left and reported rather than
-# running out of file descriptors or Python stack.
-MAX_TREE_DEPTH = 128
-
-
-def remove_tree(path, shown=None):
-    """Remove `path` and everything below it without leaving its mount; returns leftovers.
-
-    Nothing is followed: symlinks are unlinked, and directories are opened with O_NOFOLLOW
-    and emptied through their file descriptors (unlink and rmdir with dir_fd), so a
-    directory swapped for a link meanwhile cannot lead the walk elsewhere. A directory on
-    another mount than `path` (a volume mounted after the caller read the mount table) is
-    not entered: it is left and reported, and so, not being empty, are its ancestors.
-    `shown` names `path` in the messages (the node path). [] means `path` is gone.
-    """
-    path = os.fspath(path)
-    shown = shown or path
-    parent, name = os.path.split(path.rstrip("/"))
-    if not name:
-        raise ValueError(f"path = {path!r}: refusing to remove the root")
-    try:
-        parent_fd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as e:
-        raise _fail("open", parent, e) from e
-    leftovers = []
-    try:
-        _remove_entry(parent_fd, name, shown, None, 0, leftovers)
-    finally:
-        os.close(parent_fd)
-    return leftovers
-
-
-def _mount_of(fd):
-    """(st_dev, mount ID) of an open file. The mount ID (from /proc/self/fdinfo, see
-    proc_pid_fdinfo(5)) tells a bind mount of the same filesystem, whose st_dev is the
-    same; without /proc only st_dev is compared."""
-    mount_id = None
-    try:
-        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
-            for line in f:
-                if line.startswith(b"mnt_id:"):
-                    mount_id = int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.fstat(fd).st_dev, mount_id
-
-
-def _unlink(dir_fd, name, shown, leftovers):
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except OSError as e:  # EBUSY: a file with something mounted on it
-        leftovers.append(str(_fail("remove", shown, e)))
-        return False
-    return True
-
-
-def _remove_entry(dir_fd, name, shown, mount, depth, leftovers):
-    """Remove entry `name` of the open directory `dir_fd` (and its content when it is a
-    directory on `mount`, None for the top); False, with a leftover, when it stays."""
-    try:
-        fd = os.open(name, _WALK_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return True
-    except OSError as e:
-        if e.errno in (errno.ENOTDIR, errno.ELOOP):  # a file or a symlink
-            return _unlink(dir_fd, name, shown, leftovers)
-        leftovers.append(str(_fail("open", shown, e)))
-        return False
-    try:
-        here = _mount_of(fd)
-        if mount is not None and here != mount:
-            leftovers.append(f"{shown} is on another mount: not entered, not removed")
-            return False
-        if depth >= MAX_TREE_DEPTH:
-            leftovers.append(f"{shown} is more than {MAX_TREE_DEPTH} levels deep: not removed")
-            return False
-        try:
-            with os.scandir(fd) as entries:
-                names = [entry.name for entry in entries]
-        except OSError as e:
-            leftovers.append(str(_fail("read directory", shown, e)))
-            return False
-        emptied = True
-        for child in names:
-            emptied &= _remove_entry(fd, child, posixpath.join(shown, child), here, depth + 1,
-                                     leftovers)
-    finally:
-        os.close(fd)
-    if not emptied:
-        return False  # what stays inside has been reported
-    try:
-        os.rmdir(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except OSError as e:  # EBUSY: a mount point
-        leftovers.append(str(_fail("remove", shown, e)))
-        return False
     return True

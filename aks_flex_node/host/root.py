@@ -13,7 +13,7 @@ import posixpath
 import stat
 from pathlib import PurePosixPath
 
-from aks_flex_node.host import fs, mounts
+from aks_flex_node.host import fs, mounts, temps, tree
 from aks_flex_node.host.kernel import Kernel
 from aks_flex_node.host.run import (CommandError, SkippedRun, check_argv, display,
                                     resolve_executable, run_command)
@@ -90,7 +90,7 @@ class Host:
     def remove_temps(self, path, writer):
         """Remove the temp files run `writer` (a pid; a run the caller knows is over) left
         beside `path` while writing or staging it; returns their real paths."""
-        return fs.remove_stale_temps(self._writable(path), writer)
+        return temps.remove_stale_temps(self._writable(path), writer)
 
     def write_symlink(self, path, target):
         """Atomically make `path` a symlink to the relative `target` (see fs.write_symlink)."""
@@ -138,7 +138,7 @@ class Host:
             leftovers = self.unmount_below(path)
             if leftovers:
                 return leftovers
-        leftovers = fs.remove_tree(real, shown=node)
+        leftovers = tree.remove_tree(real, shown=node)
         if not leftovers:
             log.info("removed %s", node)
         return leftovers

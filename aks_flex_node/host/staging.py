@@ -7,9 +7,10 @@ sha256. So each file is staged: written under a temp name in its destination's d
 renamed over the destination by commit, or removed by discard. Until commit, nothing a
 reader of the destination can see has changed.
 
-The temp name is the one host/fs.py's writer uses (`.<name>.<pid>.<random>.tmp`), so the
-leftover of a run killed while staging is known for what it is: fs.stale_temps finds it,
-by its dead pid or by the pid the ledger recorded for the run that staged it.
+The temp name is the one host/fs.py's writer uses (`.<name>.<pid>.<random>.tmp`, the rule
+of host/temps.py), so the leftover of a run killed while staging is known for what it is:
+temps.stale_temps finds it, by its dead pid or by the pid the ledger recorded for the run
+that staged it.
 
 The commit keeps what host/fs.py's write_file keeps: a destination that already holds the
 same bytes with the same mode is left alone (no new inode, no change to report), and a file

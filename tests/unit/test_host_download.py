@@ -26,7 +26,7 @@ from aks_flex_node.host import (
     DownloadUnavailable,
 )
 from aks_flex_node.host import download
-from aks_flex_node.host.download import parse_checksums
+from aks_flex_node.host.checksums import parse_checksums
 from aks_flex_node.http_policy import HttpPolicy
 from tests.download_fixtures import ArtifactServer
 from tests.waiting import pauses, wait_for

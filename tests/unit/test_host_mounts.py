@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from aks_flex_node.host import HOST_BIN_ENV, Host, HostFileError, fs
+from aks_flex_node.host import HOST_BIN_ENV, Host, HostFileError, tree
 from aks_flex_node.host.mounts import (Mount, MountinfoError, mounts_below, parse_mountinfo,
                                        read_mounts, unmount_order)
 
@@ -209,7 +209,7 @@ def test_remove_refuses_a_directory_with_content_and_touches_nothing(host, pods)
 def test_the_walker_never_enters_another_mount(host, pods):
     # As if the volumes were mounted after the mount table was read: the walk itself
     # stops at each of them, the bind mount of the same filesystem (same st_dev) included.
-    leftovers = fs.remove_tree(host.path(KUBELET), shown=KUBELET)
+    leftovers = tree.remove_tree(host.path(KUBELET), shown=KUBELET)
     assert sorted(leftovers) == sorted(
         f"{VOLUMES}/{name} is on another mount: not entered, not removed"
         for name in ("v", "stacked", "b", SPACED, NEWLINED))

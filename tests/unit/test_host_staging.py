@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from aks_flex_node.host import Host, HostFileError, fs
+from aks_flex_node.host import Host, HostFileError
+from aks_flex_node.host.temps import stale_temps
 
 
 @pytest.fixture
@@ -112,7 +113,7 @@ def test_remove_temps_takes_a_recorded_runs_temps_only(host):
     removed = host.remove_temps("/usr/local/bin/kubelet", os.getpid())
     assert [os.path.basename(r) for r in removed] == [mine]
     assert temps(bin_dir) == sorted([other, unrelated])
-    assert fs.stale_temps(str(bin_dir / "kubelet")) == [str(bin_dir / other)], "by a dead pid, as before"
+    assert stale_temps(str(bin_dir / "kubelet")) == [str(bin_dir / other)], "by a dead pid, as before"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
