@@ -23,10 +23,12 @@ class FlexNodeError(Exception):
     exit_code = ExitCode.FAILED
     code = "failed"
 
-    def __init__(self, message, remedy=None):
+    def __init__(self, message, remedy=None, *, code=None):
         super().__init__(message)
         self.message = message
         self.remedy = remedy
+        if code:  # a stable name for one case of its class, for scripts and tests: never reworded
+            self.code = code
 
     def to_dict(self):
         out = {"error": self.code, "message": self.message}

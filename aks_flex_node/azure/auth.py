@@ -190,7 +190,8 @@ def _discovery_cannot_be_off(authority):
         "discovery, which accepts only Entra ID's own hosts: expected the authority of the public, "
         "US Government or China cloud",
         remedy="use a cloud whose authority is an Entra ID host, or install azure-identity 1.13.0 or newer "
-        "(Debian 12's and Ubuntu 24.04's python3-azure have it)")
+        "(Debian 12's and Ubuntu 24.04's python3-azure have it)",
+        code="instance-discovery")
 
 
 def credential(settings, root=None):
@@ -205,7 +206,8 @@ def credential(settings, root=None):
             "auth_method = '': no Azure credential is configured (join_mode = bootstrap-token needs none to "
             "join), and this needs one",
             remedy=f"set auth_method in [auth] to one of {', '.join(AUTH_METHODS)} with its keys, or do this "
-            "step from a machine with an operator credential")
+            "step from a machine with an operator credential",
+            code="no-credential")
     if settings.method not in AUTH_METHODS:
         raise AuthError(f"auth_method = {settings.method!r}: expected one of {', '.join(AUTH_METHODS)}")
 
@@ -276,11 +278,13 @@ def auth_error_from(err, action):
             return AuthError(
                 f"{action}: the Azure CLI has no logged-in account for this user",
                 remedy="run `az login` as root once, in a terminal, or use auth_method = service-principal",
+                code="az-not-logged-in",
             )
         if "not found on path" in text:
             return AuthError(
                 f"{action}: auth_method = azure-cli, but the Azure CLI (az) is not installed",
                 remedy="install azure-cli, or use auth_method = service-principal",
+                code="az-not-installed",
             )
         return AuthError(f"{action}: no credential available: {text}")
     match = _AADSTS.search(text)

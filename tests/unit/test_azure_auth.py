@@ -3,6 +3,7 @@
 import dataclasses
 import datetime
 import os
+import re
 
 import pytest
 from azure.identity import AzureCliCredential, CertificateCredential, ClientSecretCredential
@@ -48,10 +49,9 @@ def test_custom_authority_without_a_discovery_switch_is_refused_before_any_reque
     custom = dataclasses.replace(endpoints, authority=fresh_emulator.entra)
     with pytest.raises(AuthError) as caught:
         auth.credential(settings_for(custom, secret_file))
-    message = caught.value.message
-    assert f"authority = {custom.authority!r}" in message and "instance discovery" in message
-    assert "expected the authority of the public, US Government or China cloud" in message
-    assert "1.13.0" in caught.value.remedy
+    assert caught.value.code == "instance-discovery"
+    assert f"authority = {custom.authority!r}" in caught.value.message
+    assert "1.13.0" in caught.value.remedy  # the azure-identity that can turn it off
     assert fresh_emulator.requests(server="entra") == []
 
 
@@ -114,7 +114,7 @@ def test_secret_file_content_is_checked(endpoints, tmp_path, content, expected):
 
 
 def test_missing_secret_file_names_the_field(endpoints, tmp_path):
-    with pytest.raises(AuthError, match=r"sp_client_secret_file = '.*/nope': the file does not exist"):
+    with pytest.raises(AuthError, match=r"sp_client_secret_file = '.*/nope'"):
         auth.credential(settings_for(endpoints, tmp_path / "nope"))
 
 
@@ -145,7 +145,7 @@ def test_unreachable_authority_is_temporary(fresh_emulator, endpoints, secret_fi
     if NO_DISCOVERY_SWITCH:  # only Entra ID's hosts are taken: the public one's name leads nowhere
         monkeypatch.setenv(routes_hook().VARIABLE, f"{PUBLIC_AUTHORITY_HOST}=127.0.0.1:9")
         dead = settings
-    with pytest.raises(TemporaryError, match="cannot reach Azure") as caught:
+    with pytest.raises(TemporaryError) as caught:
         auth.arm_token(auth.credential(dead), C.ARM_SCOPE)
     assert caught.value.exit_code == ExitCode.TEMPFAIL
 
@@ -153,7 +153,7 @@ def test_unreachable_authority_is_temporary(fresh_emulator, endpoints, secret_fi
 def test_http_authority_is_refused(endpoints, secret_file):
     settings = settings_for(endpoints, secret_file)
     plain = auth.AuthSettings(**{**settings.__dict__, "authority": "http://127.0.0.1:9"})
-    with pytest.raises(AuthError, match="authority = 'http://127.0.0.1:9': expected an https:// URL"):
+    with pytest.raises(AuthError, match=r"authority = 'http://127\.0\.0\.1:9'"):
         auth.credential(plain)
 
 
@@ -196,7 +196,7 @@ def test_certificate_file_readable_by_group_is_refused(endpoints, tmp_path):
         method="service-principal", tenant_id=C.TENANT_ID, client_id=C.CERT_SP_CLIENT_ID,
         certificate_file=str(pem), authority=endpoints.authority,
     )
-    with pytest.raises(AuthError, match="sp_certificate_file = .* has mode 0640"):
+    with pytest.raises(AuthError, match="sp_certificate_file = .*0640"):
         auth.credential(settings)
 
 
@@ -208,7 +208,7 @@ def test_certificate_without_key_is_refused(endpoints, tmp_path):
         method="service-principal", tenant_id=C.TENANT_ID, client_id=C.CERT_SP_CLIENT_ID,
         certificate_file=str(pem), authority=endpoints.authority,
     )
-    with pytest.raises(AuthError, match="unencrypted private key"):
+    with pytest.raises(AuthError, match=re.escape(f"sp_certificate_file = {str(pem)!r}")):
         auth.credential(settings)
 
 
@@ -228,7 +228,7 @@ def test_azure_cli_not_logged_in_says_to_run_az_login_as_root(az_dir):
     cred = auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))
     with pytest.raises(AuthError) as caught:
         auth.arm_token(cred, C.ARM_SCOPE)
-    assert "no logged-in account" in caught.value.message
+    assert caught.value.code == "az-not-logged-in"
     assert "az login" in caught.value.remedy and "root" in caught.value.remedy
     assert "service-principal" in caught.value.remedy
 
@@ -250,12 +250,13 @@ def test_azure_cli_token_is_used_when_logged_in(az_dir):
 
 def test_azure_cli_missing_says_to_install_it(az_dir):
     cred = auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))
-    with pytest.raises(AuthError, match="Azure CLI \\(az\\) is not installed"):
+    with pytest.raises(AuthError) as caught:
         auth.arm_token(cred, C.ARM_SCOPE)
+    assert caught.value.code == "az-not-installed"
 
 
 def test_unknown_auth_method_names_the_field():
-    with pytest.raises(AuthError, match="auth_method = 'password': expected one of service-principal"):
+    with pytest.raises(AuthError, match="auth_method = 'password'.*service-principal"):
         auth.credential(auth.AuthSettings(method="password", tenant_id=C.TENANT_ID))
 
 
@@ -264,9 +265,9 @@ def test_no_auth_method_says_none_is_configured_and_what_to_set():
     not "'' is not one of the methods"."""
     with pytest.raises(AuthError) as caught:
         auth.credential(auth.AuthSettings(method="", tenant_id=""))
-    assert "auth_method = '': no Azure credential is configured" in caught.value.message
-    assert "join_mode = bootstrap-token" in caught.value.message
-    assert "set auth_method in [auth]" in caught.value.remedy
+    assert caught.value.code == "no-credential"
+    assert "auth_method = ''" in caught.value.message and "join_mode = bootstrap-token" in caught.value.message
+    assert "auth_method" in caught.value.remedy and "[auth]" in caught.value.remedy  # where to set it
     assert caught.value.exit_code == ExitCode.AUTH
 
 
@@ -323,7 +324,7 @@ def test_azure_cli_config_of_another_user_is_refused(az_dir, tmp_path, monkeypat
     foreign.mkdir()
     os.chown(foreign, 65534, 65534)  # nobody's: as with sudo keeping a user's AZURE_CONFIG_DIR
     monkeypatch.setenv("AZURE_CONFIG_DIR", str(foreign))
-    with pytest.raises(AuthError, match=f"AZURE_CONFIG_DIR = '{foreign}' is owned by uid 65534"):
+    with pytest.raises(AuthError, match=f"AZURE_CONFIG_DIR = '{foreign}'.*uid 65534"):
         auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID))
     os.chown(foreign, os.geteuid(), os.getegid())
     assert isinstance(auth.credential(auth.AuthSettings(method="azure-cli", tenant_id=C.TENANT_ID)), AzureCliCredential)

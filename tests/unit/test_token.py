@@ -74,7 +74,7 @@ def test_unknown_exec_api_version_is_refused_by_name(node):
     info = {"apiVersion": "client.authentication.k8s.io/v1alpha1"}
     code, out, err = run(node.root, {"AKS_FLEX_NODE_ROOT": str(node.root), "KUBERNETES_EXEC_INFO": json.dumps(info)})
     assert code == 1 and out == ""
-    assert "KUBERNETES_EXEC_INFO apiVersion = 'client.authentication.k8s.io/v1alpha1'" in err
+    assert "KUBERNETES_EXEC_INFO" in err and "apiVersion = 'client.authentication.k8s.io/v1alpha1'" in err
     assert node.requests == []
 
 
@@ -134,7 +134,7 @@ def test_unreachable_himds_exits_75_without_output(node):
     code, out, err = run(node.root)
     assert code == 75
     assert out == ""
-    assert "cannot reach HIMDS" in err and "himdsd" in err
+    assert node.endpoint in err and "himdsd" in err  # where it asked, and the service to check
 
 
 def test_refused_key_exits_1_and_token_never_on_stderr(node, tmp_path):
@@ -142,7 +142,7 @@ def test_refused_key_exits_1_and_token_never_on_stderr(node, tmp_path):
     (tmp_path / "outside.key").write_text("x")
     code, out, err = run(node.root)
     assert code == 1 and out == ""
-    assert "directly inside the agent key directory" in err
+    assert repr(node.realm) in err and os.path.realpath(node.root / NODE_KEY_DIR.lstrip("/")) in err
 
 
 def test_root_flag_and_explicit_config(node, tmp_path):
@@ -156,7 +156,7 @@ def test_root_flag_and_explicit_config(node, tmp_path):
 def test_missing_explicit_config_is_an_error(node, tmp_path):
     code, out, err = run(node.root, argv=["--config", str(tmp_path / "nope.conf")])
     assert code == 1 and out == ""
-    assert "nope.conf" in err and "does not exist" in err
+    assert f"--config {str(tmp_path / 'nope.conf')!r}" in err
 
 
 def test_relative_key_dir_is_refused_by_name(node):
@@ -164,7 +164,7 @@ def test_relative_key_dir_is_refused_by_name(node):
     conf.write_text(f"himds_endpoint = {node.endpoint}\nhimds_key_dir = tokens\n")
     code, _, err = run(node.root)
     assert code == 1
-    assert "himds_key_dir = 'tokens'" in err and "absolute path" in err
+    assert "himds_key_dir = 'tokens'" in err and str(conf) in err
 
 
 def test_subprocess_prints_credential_and_imports_no_azure_sdk(node):
@@ -201,7 +201,7 @@ def test_a_cache_in_the_way_does_not_stop_the_token(node, capsys):
     (node.root / "var/lib/aks-flex-node/token-cache.json").mkdir(parents=True)
     code, out, _ = run(node.root)
     assert code == 0 and json.loads(out)["status"]["token"]
-    assert "cannot cache the token" in capsys.readouterr().err
+    assert "token-cache.json" in capsys.readouterr().err  # the warning names the cache
 
 
 def test_a_full_disk_does_not_stop_the_token(node, capsys):
@@ -220,7 +220,7 @@ def test_a_full_disk_does_not_stop_the_token(node, capsys):
                 pass
         code, out, _ = run(node.root)
         assert code == 0 and json.loads(out)["status"]["token"]
-        assert "cannot cache the token" in capsys.readouterr().err
+        assert "token-cache.json" in capsys.readouterr().err  # the warning names the cache
         assert not (state / "token-cache.json").exists()
     finally:
         subprocess.run(["umount", "-l", str(state)], check=False)
@@ -234,7 +234,7 @@ def test_a_throttled_himds_exits_75_after_bounded_retries(node):
     node.faults = [(429, {"Retry-After": "0"})] * 20
     code, out, err = run(node.root)
     assert code == 75 and out == ""
-    assert "answered 429" in err and f"after {himds.ATTEMPTS} attempt(s)" in err
+    assert "429" in err and str(himds.ATTEMPTS) in err
     assert len(node.requests) == himds.ATTEMPTS
 
 
@@ -255,7 +255,7 @@ def test_a_config_that_is_not_utf8_is_refused_by_file_and_line(node):
     _conf(node).write_bytes(b"[arc]\nhimds_endpoint = \xff\n")
     code, out, err = run(node.root)
     assert code == 1 and out == ""
-    assert f"cannot read {_conf(node)}: expected UTF-8 text (line 2 has the byte 0xff" in err
+    assert str(_conf(node)) in err and "line 2" in err and "0xff" in err  # file, line, byte
     assert "Traceback" not in err and node.requests == []
 
 
@@ -270,7 +270,7 @@ def test_a_config_configobj_cannot_parse_names_the_file_and_line(node):
     _conf(node).write_text(f"[arc]\nhimds_endpoint = {node.endpoint}\nhimds_endpoint = {node.endpoint}\n")
     code, out, err = run(node.root)
     assert code == 1 and out == ""
-    assert f"{_conf(node)} line 3 = 'himds_endpoint = {node.endpoint}': expected each key and section once" in err
+    assert f"{_conf(node)} line 3 = 'himds_endpoint = {node.endpoint}'" in err
 
 
 def test_a_fifo_config_is_refused_without_waiting_for_a_writer(node):
@@ -283,7 +283,7 @@ def test_a_fifo_config_is_refused_without_waiting_for_a_writer(node):
     done = subprocess.run([sys.executable, "-c", probe, str(node.root)], env=env, capture_output=True,
                           text=True, timeout=20)
     assert done.returncode == 1 and done.stdout == ""
-    assert f"cannot read {conf}: expected a regular file, it is a named pipe (FIFO)" in done.stderr
+    assert str(conf) in done.stderr and "FIFO" in done.stderr  # the file, and what it is
 
 
 @pytest.mark.parametrize("mode", [0o666, 0o620])
@@ -294,8 +294,8 @@ def test_a_config_others_can_write_is_not_trusted(node, mode):
     conf.chmod(mode)
     code, out, err = run(node.root)
     assert code == 1 and out == ""
-    assert f"config file {conf}: expected a file only its owner can write (mode {mode:04o}" in err
-    assert f"chmod go-w {conf}" in err
+    assert str(conf) in err and f"{mode:04o}" in err
+    assert f"chmod go-w {conf}" in err  # the command that mends it
     assert node.requests == []  # HIMDS never asked
 
 
@@ -316,14 +316,14 @@ def test_a_himds_endpoint_off_this_machine_names_the_key_and_the_file(node, endp
     _conf(node).write_text(f"[arc]\nhimds_endpoint = {endpoint}\n")
     code, out, err = run(node.root)
     assert code == 1 and out == ""
-    assert f"himds_endpoint = {endpoint!r} in {_conf(node)}: expected a URL on this machine" in err
+    assert f"himds_endpoint = {endpoint!r}" in err and str(_conf(node)) in err
 
 
 def test_a_himds_endpoint_that_is_no_url_names_the_key_and_the_file(node):
     _conf(node).write_text("[arc]\nhimds_endpoint = http://[::1/token\n")
     code, out, err = run(node.root)
     assert code == 1 and out == ""
-    assert f"himds_endpoint = 'http://[::1/token' in {_conf(node)}: expected an http:// URL" in err
+    assert "himds_endpoint = 'http://[::1/token'" in err and str(_conf(node)) in err
 
 
 @pytest.mark.parametrize("raw", ["[]", '"client.authentication.k8s.io/v1"', "null", "42"])
@@ -331,20 +331,20 @@ def test_exec_info_that_is_not_an_object_is_refused_by_name(node, raw):
     """env/exec-info-a-list: `[]` used to mean "no version" and the default was used."""
     code, out, err = run(node.root, {"AKS_FLEX_NODE_ROOT": str(node.root), "KUBERNETES_EXEC_INFO": raw})
     assert code == 1 and out == ""
-    assert f"KUBERNETES_EXEC_INFO = {raw!r}: expected a JSON ExecCredential object" in err
+    assert f"KUBERNETES_EXEC_INFO = {raw!r}" in err
     assert node.requests == []
 
 
 @pytest.mark.parametrize("info, said", [
-    ({}, "KUBERNETES_EXEC_INFO apiVersion = None"),
-    ({"kind": "ExecCredential"}, "KUBERNETES_EXEC_INFO apiVersion = None"),
-    ({"apiVersion": "client.authentication.k8s.io/v1"}, "KUBERNETES_EXEC_INFO kind = None"),
-    ({"apiVersion": "client.authentication.k8s.io/v1", "kind": "Pod"}, "KUBERNETES_EXEC_INFO kind = 'Pod'"),
+    ({}, "apiVersion = None"),
+    ({"kind": "ExecCredential"}, "apiVersion = None"),
+    ({"apiVersion": "client.authentication.k8s.io/v1"}, "kind = None"),
+    ({"apiVersion": "client.authentication.k8s.io/v1", "kind": "Pod"}, "kind = 'Pod'"),
 ])
 def test_exec_info_without_a_known_version_and_kind_is_refused(node, info, said):
     code, out, err = run(node.root, {"AKS_FLEX_NODE_ROOT": str(node.root), "KUBERNETES_EXEC_INFO": json.dumps(info)})
     assert code == 1 and out == ""
-    assert said in err and node.requests == []
+    assert "KUBERNETES_EXEC_INFO" in err and said in err and node.requests == []
 
 
 @pytest.mark.parametrize("environ", [{}, {"KUBERNETES_EXEC_INFO": ""}])
