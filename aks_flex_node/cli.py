@@ -144,13 +144,13 @@ def cmd_status(args):
 
 def cmd_preflight(args):
     from aks_flex_node import preflight
-    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.steps.kinds import open_ledger
     from aks_flex_node.steps.context import JoinContext
 
     ignored = preflight.parse_ignored(args.ignore_preflight_errors)
     cfg = load_config(args)
     host = _make_host(args)
-    ctx = JoinContext(cfg, host, Ledger(host))
+    ctx = JoinContext(cfg, host, open_ledger(host))
     results = preflight.run_checks(ctx, ignored)
     failed = [r for r in results if r.status == "error"]
     if getattr(args, "json", False):

@@ -14,9 +14,9 @@ import threading
 
 from aks_flex_node import config, operations, paths
 from aks_flex_node.config.joinmode import JoinMode
-from aks_flex_node.engine.ledger import Ledger
 from aks_flex_node.engine.lock import writing_state
 from aks_flex_node.errors import ExitCode, FlexNodeError
+from aks_flex_node.steps.kinds import open_ledger
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def clear_pending(host):
 def joined(host):
     """What the ledger says the node is joined to ({} when nothing), and whether anything
     the join made is still recorded."""
-    ledger = Ledger(host)
+    ledger = open_ledger(host)
     return ledger.joined, bool(ledger.entries())
 
 

@@ -12,11 +12,11 @@ from aks_flex_node import paths
 from aks_flex_node.engine import status as st
 from aks_flex_node.steps.context import JoinContext, JoinOptions
 from aks_flex_node.steps.join_data import JoinData
-from aks_flex_node.engine.ledger import Ledger
 from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.runner import Runner
 from aks_flex_node.engine.undo import run_undo
 from aks_flex_node.errors import ExitCode, FlexNodeError
+from aks_flex_node.steps.kinds import open_ledger
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     from aks_flex_node.steps.workflow import bootstrap_steps
 
     with RunLock(host, "bootstrap", wait=lock_wait):
-        ledger = Ledger(host)
+        ledger = open_ledger(host)
         cached = ledger.joined.get("facts") if local_only or not refresh_pool else None
         ctx = JoinContext(cfg, host, ledger, data=JoinData.restore(cached), options=JoinOptions(
             ignore_preflight_errors=frozenset(ignore_preflight_errors),
@@ -120,7 +120,7 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
 
     started = time.time()
     with RunLock(host, "unbootstrap", wait=lock_wait):
-        ledger = Ledger(host)
+        ledger = open_ledger(host)
         ctx = JoinContext(cfg, host, ledger, options=JoinOptions(
             dry_run=dry_run, drain_timeout=(drain_timeout or node_drain.UNBOOTSTRAP_TIMEOUT) if drain else None))
         status_file = st.StatusFile(host)

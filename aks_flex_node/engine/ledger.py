@@ -1,17 +1,9 @@
 """The ledger: what aks-flex-node created on this node and in Azure, and what it still owes.
 
 Unbootstrap walks it backwards, so it removes what we created and only that. Each entry is
-{"step", "kind", "id", ...}; kinds: file (with a `backup` when it existed before), dir and
-parent_dir (removed only when empty of anything we did not create), state_dir (a service's
-state directory we created: it goes with its content, never across a mount), cache_dir,
-unit, role_assignment, arc_machine, azcmagent_connection, node, artifact (the files an
-install from one URL writes, recorded before the first of them: steps/artifacts.py),
-staging (the temp files such an install is writing beside their destinations, with the
-run's pid, until they are renamed into place: the leftovers of a killed run),
-agentpool_machine (the node's Machine in its FlexNodes pool: steps/agentpool.py),
-kubelet_upgrade (an upgrade of the kubelet under way, or the last one that failed:
-steps/kubelet_upgrade.py). A file entry with `link` is a symlink we made.
-`joined` holds what the node is joined to and the facts of the last full run.
+{"step", "kind", "id", ...}; the kinds are the steps' (steps/kinds.py Kind, each with
+what undo does with it), written as plain words. `joined` holds what the node is joined
+to and the facts of the last full run.
 
 `owed` holds obligations (engine/step.Obligation): a restart or a unit reload that a change
 calls for. It is written before the change (ubuntu-pro-client records "reboot required"
@@ -19,7 +11,7 @@ the same way) and cleared by the phase that pays it.
 
 The file is 0600: it names Azure resource IDs and is nobody else's business. Every change
 is saved at once, atomically (host.write_file). It is read only in the shape we write
-(LEDGER_SHAPE, KINDS, FORMAT_VERSION): anything else is refused with the field named and
+(LEDGER_SHAPE, the kinds it is given, FORMAT_VERSION): anything else is refused with the field named and
 the file left as it is, never read as "nothing to undo" (and then removed).
 """
 
@@ -35,13 +27,9 @@ from aks_flex_node.errors import FlexNodeError
 
 FORMAT_VERSION = 1
 
-# Every kind of entry we record (the steps name them; steps/tracked.py, arc.py, artifacts.py
-# and the rest). An entry of another kind came from a newer aks-flex-node or a hand edit:
-# undoing the rest and dropping the ledger would leave that thing behind unrecorded.
-KINDS = frozenset({
-    "file", "dir", "parent_dir", "state_dir", "cache_dir", "unit", "role_assignment",
-    "arc_machine", "azcmagent_connection", "azcmagent_config", "node", "artifact",
-    "agentpool_machine", "kubelet_upgrade", "staging"})
+# The kinds of entries are the steps' (steps/kinds.py), handed to the Ledger: an entry of
+# another kind came from a newer aks-flex-node or a hand edit, and undoing the rest and
+# dropping the ledger would leave that thing behind unrecorded.
 
 
 # What we write (_empty, record, owe, set_joined); `version` is checked on its own.
@@ -63,9 +51,12 @@ def _empty():
 class Ledger:
     is_detached = False  # a copy never saved (detached())
 
-    def __init__(self, host, path=paths.LEDGER):
+    def __init__(self, host, path=paths.LEDGER, kinds=None):
+        """`kinds`: every kind of entry the caller records (steps/kinds.py open_ledger);
+        an entry of another is refused. None: any kind (the ledger's mechanics alone)."""
         self._host = host
         self._path = path
+        self._kinds = None if kinds is None else frozenset(kinds)
         self._lock = threading.RLock()
         self._data = self._read()
 
@@ -98,11 +89,11 @@ class Ledger:
                 f"{self._path} is a ledger of version {version}, written by a newer aks-flex-node "
                 f"(this one reads version {FORMAT_VERSION})", remedy=self._newer_remedy())
         for index, entry in enumerate(data.get("entries", [])):
-            if entry["kind"] not in KINDS:
+            if self._kinds is not None and entry["kind"] not in self._kinds:
                 raise FlexNodeError(
                     f"{self._path} is a ledger holding an entry this aks-flex-node does not know: "
                     f"entries[{index}].kind is {json.dumps(entry['kind'])} (id {entry['id']}), "
-                    f"expected one of {', '.join(sorted(KINDS))}", remedy=self._newer_remedy())
+                    f"expected one of {', '.join(sorted(self._kinds))}", remedy=self._newer_remedy())
         for key, value in _empty().items():
             data.setdefault(key, value)
         return data

@@ -114,7 +114,7 @@ def secret_problems(host, text):
 def state_problems(host):
     """BadFiles among the state the join reads: its directory, the pending mark, the
     ledger (read as the library reads it) and status.json."""
-    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.steps.kinds import open_ledger
     from aks_flex_node.engine.status import StatusFile
 
     problem = dir_problem(host, paths.STATE_DIR)
@@ -131,7 +131,7 @@ def state_problems(host):
                                                   "what it listed by hand: without it nothing can be undone"))
     else:
         try:
-            Ledger(host)
+            open_ledger(host)
         except FlexNodeError as err:
             bad.append(BadFile(paths.LEDGER, _without(paths.LEDGER, err.message), err.remedy))
     problem, _data = file_problem(host, paths.STATUS)

@@ -26,6 +26,7 @@ from aks_flex_node.config.joinmode import TLS_BOOTSTRAP, JoinMode
 from aks_flex_node.engine.step import CREDENTIALS, IDENTITY, Plan, Step
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps.kubelet_auth import bootstrap_token_of, token_needed
+from aks_flex_node.steps.kinds import Kind
 
 ORIGIN_POOL = "listBootstrapData"
 CLUSTER_HELP = ("read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's "
@@ -60,12 +61,12 @@ def overlay(cfg, pool_values):
 def recorded_overlay(cfg, host):
     """`cfg` with the pool's values the last full run recorded laid over it (agent-pool
     mode; `config show`), or `cfg` itself when there are none."""
-    from aks_flex_node.engine.ledger import Ledger
+    from aks_flex_node.steps.kinds import open_ledger
 
     if cfg.mode is not JoinMode.AGENT_POOL:
         return cfg
     try:
-        values = (Ledger(host).joined.get("facts") or {}).get("pool_values")
+        values = (open_ledger(host).joined.get("facts") or {}).get("pool_values")
     except FlexNodeError:
         return cfg  # an unreadable ledger: status says so; the configuration stands
     if not values:
@@ -242,7 +243,7 @@ class MachineStep(Step):
 
         cfg = ctx.config
         if created:  # written down before the call: a kill mid-way still leaves it to undo
-            ctx.ledger.record(self.name, "agentpool_machine",
+            ctx.ledger.record(self.name, Kind.AGENTPOOL_MACHINE,
                               agentpool.machine_path(cfg.cluster, cfg.agent_pool, cfg.machine_name),
                               pool=cfg.agent_pool, machine=cfg.machine_name,
                               cluster=cfg.cluster.resource_id)
@@ -251,7 +252,7 @@ class MachineStep(Step):
     def plan_undo(self, ctx, entries):
         plan = Plan()
         for entry in entries:
-            if entry["kind"] == "agentpool_machine":
+            if entry["kind"] == Kind.AGENTPOOL_MACHINE:
                 plan.add(f"delete machine {entry['machine']} of agent pool {entry['pool']}",
                          f"registered by the {self.name} phase", lambda e=entry: self._delete(ctx, e))
         return plan
@@ -267,9 +268,9 @@ class MachineStep(Step):
         pool, name = entry["pool"], entry["machine"]
         if permissions.may_delete_machines(ctx.azure.clients, ref, pool):
             agentpool.delete_machines(ctx.azure.clients, ref, pool, [name])
-            ctx.ledger.forget("agentpool_machine", entry["id"])
+            ctx.ledger.forget(Kind.AGENTPOOL_MACHINE, entry["id"])
             return []
-        ctx.ledger.forget("agentpool_machine", entry["id"])  # nothing more this node can do
+        ctx.ledger.forget(Kind.AGENTPOOL_MACHINE, entry["id"])  # nothing more this node can do
         return [Leftover(
             f"machine {name} of agent pool {pool}",
             "kept: this node's identity may not delete it (the Flex Node Agent Role has no "

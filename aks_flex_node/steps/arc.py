@@ -10,8 +10,9 @@ from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.http_policy import ProxySettingError, redact
+from aks_flex_node.steps.kinds import Kind
 
-CONFIG_KIND = "azcmagent_config"
+CONFIG_KIND = Kind.AZCMAGENT_CONFIG
 
 # azcmagent's --cloud names for the clouds we know (a custom cloud is not one of them).
 AZCMAGENT_CLOUDS = {
@@ -163,8 +164,8 @@ class ArcStep(ArcModeOnly, Step):
         if not connected:
             token = auth.arm_token(ctx.azure.credential, cfg.endpoints.arm_scope)
             # Record before acting: if connect half-succeeds, unbootstrap still cleans up.
-            ctx.ledger.record(self.name, "azcmagent_connection", cfg.machine_name)
-            ctx.ledger.record(self.name, "arc_machine", machine_id(cfg),
+            ctx.ledger.record(self.name, Kind.AZCMAGENT_CONNECTION, cfg.machine_name)
+            ctx.ledger.record(self.name, Kind.ARC_MACHINE, machine_id(cfg),
                               subscription_id=cfg.subscription_id,
                               resource_group=cfg.arc_resource_group, name=cfg.machine_name)
             agent.connect(settings, token)
@@ -175,11 +176,11 @@ class ArcStep(ArcModeOnly, Step):
     def plan_undo(self, ctx, entries):
         plan = Plan()
         for entry in entries:
-            if entry["kind"] == "arc_machine":
+            if entry["kind"] == Kind.ARC_MACHINE:
                 plan.add(f"delete Arc machine {entry['id']}", f"connected by the {self.name} phase",
                          lambda e=entry: self._delete_machine(ctx, e))
         for entry in entries:
-            if entry["kind"] == "azcmagent_connection":
+            if entry["kind"] == Kind.AZCMAGENT_CONNECTION:
                 # The cloud resource is gone (or deliberately kept): only the local agent state.
                 plan.add("disconnect the local Arc agent (local state only)",
                          f"connected by the {self.name} phase",
@@ -202,11 +203,11 @@ class ArcStep(ArcModeOnly, Step):
 
         arc.delete_machine(ctx.azure.clients, entry["subscription_id"], entry["resource_group"],
                            entry["name"])
-        ctx.ledger.forget("arc_machine", entry["id"])
+        ctx.ledger.forget(Kind.ARC_MACHINE, entry["id"])
 
     @staticmethod
     def _disconnect(ctx, entry):
         from aks_flex_node.host.azcmagent import Azcmagent
 
         Azcmagent(ctx.host, ctx.config.azcmagent).disconnect()
-        ctx.ledger.forget("azcmagent_connection", entry["id"])
+        ctx.ledger.forget(Kind.AZCMAGENT_CONNECTION, entry["id"])

@@ -37,14 +37,15 @@ from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.host.archive import members
 from aks_flex_node.host.fs import HostFileError
 from aks_flex_node.steps import tracked
+from aks_flex_node.steps.kinds import Kind
 
 log = logging.getLogger(__name__)
 
 # The ledger kind of an install's record: {"id": artifact, "url", "members": [node paths]}.
-ARTIFACT_KIND = "artifact"
+ARTIFACT_KIND = Kind.ARTIFACT
 # The ledger kind of the files an install is staging: {"id": the artifact record's id,
 # "files": [node paths], "pid": the run's}; forgotten once they are in place or gone.
-STAGING_KIND = "staging"
+STAGING_KIND = Kind.STAGING
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
@@ -89,7 +90,7 @@ def intact(host, url, files, members, note=None):
             if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
                 return None
             if note is not None:
-                note(entry["step"], "file", path, fingerprint=seen)
+                note(entry["step"], Kind.FILE, path, fingerprint=seen)
         entries.append(entry)
     return entries
 
@@ -136,7 +137,7 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         record = ctx.ledger.get(ARTIFACT_KIND, self.record_id(version))
         if record is None or record.get("url") != url or not record.get("members"):
             return None  # not installed, another version
-        files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind="file")}
+        files = {e["id"]: e for e in ctx.ledger.entries(step=self.name, kind=Kind.FILE)}
         return intact(ctx.host, url, files, record["members"], ctx.adopt if note is None else note)
 
     def wanted(self, ctx, plan):
@@ -200,7 +201,7 @@ class ArtifactStep(tracked.OwnsPaths, Step):
             tracked.claim_file(ctx, self.name, path, artifact=self.artifact,
                                artifact_url=url, sha256=f.sha256)
             f.commit()
-            ctx.ledger.record(self.name, "file", path, fingerprint=fingerprint(ctx.host, path))
+            ctx.ledger.record(self.name, Kind.FILE, path, fingerprint=fingerprint(ctx.host, path))
 
     def plan_undo(self, ctx, entries):
         """What an install cut short staged goes first; the files and directories go as
@@ -288,5 +289,5 @@ class _Unpack:
             except HostFileError as e:  # not empty: a file committed, or someone else's
                 log.debug("keeping %s: %s", directory, e)
                 continue
-            self.ctx.ledger.forget("parent_dir", directory)
+            self.ctx.ledger.forget(Kind.PARENT_DIR, directory)
         self.ctx.ledger.forget(STAGING_KIND, self.record_id)

@@ -23,6 +23,7 @@ import time
 from aks_flex_node import kube
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import tracked
+from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import (
     BOOTSTRAP_KUBECONFIG, CA_PATH, CERT_DIR, KUBECONFIG, KUBELET_CLIENT_CERT, restart_kubelet)
 
@@ -193,7 +194,7 @@ class TlsBootstrap:
         data = ctx.data
         if not _plan_ca(ctx, plan, step, BOOTSTRAP_KUBECONFIG):
             return
-        if ctx.ledger.has("file", KUBECONFIG):
+        if ctx.ledger.has(Kind.FILE, KUBECONFIG):
             # Ours from Arc mode (an exec-plugin kubeconfig): the kubelet would use it
             # instead of bootstrapping.
             plan.add(f"remove {KUBECONFIG}", "the Arc mode's kubeconfig; this mode joins by TLS bootstrap",

@@ -7,6 +7,7 @@ from aks_flex_node.engine.step import INSTALL, Plan, Step
 from aks_flex_node.kubeversion import KubeVersion, VersionError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep
+from aks_flex_node.steps.kinds import Kind
 
 KUBE_BINARIES = ("kubelet", "kubectl", "kubeadm")
 BIN_DIR = "/usr/local/bin"
@@ -14,7 +15,7 @@ BIN_DIR = "/usr/local/bin"
 KUBE_LIB = "/usr/local/lib/aks-flex-node/kubernetes"
 CURRENT = KUBE_LIB + "/current"
 # The ledger's record of a kubelet upgrade under way (or the last one that failed).
-UPGRADE_KIND, UPGRADE_ID = "kubelet_upgrade", "kubelet"
+UPGRADE_KIND, UPGRADE_ID = Kind.KUBELET_UPGRADE, "kubelet"
 
 
 def version_dir(version):
@@ -64,7 +65,7 @@ def wanted_version(ctx):
 def node_registered(ctx):
     """Whether a Node of ours is registered (the node-ready phase recorded it): from then
     on, workloads may run here and a version change goes through the kubelet-upgrade phase."""
-    return ctx.ledger.has("node", ctx.config.machine_name)
+    return ctx.ledger.has(Kind.NODE, ctx.config.machine_name)
 
 
 def upgrade_under_way(ledger):
@@ -165,7 +166,7 @@ class KubernetesBinariesStep(ArtifactStep):
                 continue
             directory = version_dir(old)
             entries = [e for e in ctx.ledger.entries(step=self.name)
-                       if e["kind"] in ("file", *tracked.DIR_KINDS)
+                       if e["kind"] in (Kind.FILE, *tracked.DIR_KINDS)
                        and (e["id"] == directory or e["id"].startswith(directory + "/"))]
             why = f"kubernetes {old} is neither wanted nor active any more"
             for action in tracked.plan_undo_paths(ctx, entries).actions:

@@ -30,6 +30,7 @@ from aks_flex_node.engine.migration import Migration
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.artifacts import ARTIFACT_KIND, ArtifactStep, fingerprint, intact, node_arch
+from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubernetes import (BIN_DIR, KUBE_BINARIES, KubernetesBinariesStep,
                                             active_version, bin_link, switch, version_dir)
 
@@ -58,7 +59,7 @@ class ArtifactRecords(Migration):
             if ctx.ledger.get(ARTIFACT_KIND, step.artifact) is not None:
                 continue
             by_url = {}
-            for entry in ctx.ledger.entries(step=step.name, kind="file"):
+            for entry in ctx.ledger.entries(step=step.name, kind=Kind.FILE):
                 path = entry["id"]
                 if (entry.get("artifact") == step.artifact and entry.get("artifact_url")
                         and "link" not in entry and path not in listed
@@ -102,7 +103,7 @@ class KubernetesVersionedLayout(Migration):
         url, members = record.get("url"), record.get("members") or []
         if active_version(ctx.host) is not None or not url or not members:
             return record, None, None
-        files = {e["id"]: e for e in ctx.ledger.entries(step=self.step, kind="file")}
+        files = {e["id"]: e for e in ctx.ledger.entries(step=self.step, kind=Kind.FILE)}
         entries = intact(ctx.host, url, files, members, note)
         version = _version_of(ctx, url) if entries else None
         return record, version, entries if version else None
@@ -138,7 +139,7 @@ class KubernetesVersionedLayout(Migration):
             path = f"{directory}/{os.path.basename(entry['id'])}"
             tracked.write_tracked(ctx, step, path, data, 0o755, artifact=self.artifact,
                                   artifact_url=url, sha256=entry["sha256"])
-            ctx.ledger.record(step, "file", path, fingerprint=fingerprint(ctx.host, path))
+            ctx.ledger.record(step, Kind.FILE, path, fingerprint=fingerprint(ctx.host, path))
         switch(ctx, version)
         for tool in KUBE_BINARIES:
             tracked.link_tracked(ctx, step, f"{BIN_DIR}/{tool}", bin_link(tool))

@@ -10,6 +10,7 @@ from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step
 from aks_flex_node.errors import TemporaryError
 from aks_flex_node.steps import kubelet_auth
 from aks_flex_node.steps.arc import ArcModeOnly
+from aks_flex_node.steps.kinds import Kind
 
 # Learn, "Troubleshoot Azure RBAC": role assignment changes can take up to 10 minutes.
 RBAC_PROPAGATION_TIMEOUT = 600
@@ -80,7 +81,7 @@ class NodeReadyStep(Step):
         if ctx.data.server and auth.has_identity(ctx):
             node = auth.client(ctx).get_node(name)
             if node is not None:
-                ctx.adopt(self.name, "node", name, **auth.record)
+                ctx.adopt(self.name, Kind.NODE, name, **auth.record)
                 if kube.is_ready(node):
                     plan.noop_reason = f"node {name} is Ready"
                     return plan
@@ -92,12 +93,12 @@ class NodeReadyStep(Step):
         name, timeout = ctx.config.machine_name, ctx.config.node_ready_timeout
         auth = kubelet_auth.for_mode(ctx.mode)
         _wait_ready(ctx, name, timeout, auth)
-        ctx.ledger.record(self.name, "node", name, **auth.record)
+        ctx.ledger.record(self.name, Kind.NODE, name, **auth.record)
 
     def plan_undo(self, ctx, entries):
         plan = Plan()
         for entry in entries:
-            if entry["kind"] == "node":
+            if entry["kind"] == Kind.NODE:
                 drain_timeout = ctx.options.drain_timeout
                 first = ("" if drain_timeout is None else
                          f"cordon and drain (up to {drain_timeout:g} s), then ")
@@ -133,13 +134,13 @@ class NodeReadyStep(Step):
         except kube.Forbidden:
             if auth is not kubelet_auth.TLS_BOOTSTRAP:
                 raise
-            ctx.ledger.forget("node", name)  # nothing more this node can do
+            ctx.ledger.forget(Kind.NODE, name)  # nothing more this node can do
             return [Leftover(
                 f"Kubernetes node {name}",
                 "left to the cluster: its kubelet may not delete its own Node (the Node authorizer "
                 "refused, 403); the Node turns NotReady once the kubelet stops, and a cluster admin "
                 f"removes it: kubectl delete node {name}", kept=True)]
-        ctx.ledger.forget("node", name)
+        ctx.ledger.forget(Kind.NODE, name)
         return []
 
 

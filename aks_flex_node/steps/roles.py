@@ -4,6 +4,7 @@ import collections
 
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
 from aks_flex_node.steps.arc import ArcModeOnly
+from aks_flex_node.steps.kinds import Kind
 
 Wanted = collections.namedtuple("Wanted", "role_name role_guid scope")
 
@@ -52,7 +53,7 @@ class RolesStep(ArcModeOnly, Step):
         from aks_flex_node.azure import rbac
 
         if assignment.name == rbac.assignment_name(assignment.scope, assignment.role_guid, principal):
-            ctx.adopt(self.name, "role_assignment", assignment.id)
+            ctx.adopt(self.name, Kind.ROLE_ASSIGNMENT, assignment.id)
 
     def _assign(self, ctx, wanted):
         from aks_flex_node.azure import rbac
@@ -63,12 +64,12 @@ class RolesStep(ArcModeOnly, Step):
                                                 principal)
             if assignment.created or assignment.name == rbac.assignment_name(
                     role.scope, role.role_guid, principal):
-                ctx.ledger.record(self.name, "role_assignment", assignment.id)
+                ctx.ledger.record(self.name, Kind.ROLE_ASSIGNMENT, assignment.id)
 
     def plan_undo(self, ctx, entries):
         plan = Plan()
         for entry in entries:
-            if entry["kind"] == "role_assignment":
+            if entry["kind"] == Kind.ROLE_ASSIGNMENT:
                 plan.add(f"delete role assignment {entry['id']}", f"made by the {self.name} phase",
                          lambda e=entry: self._delete(ctx, e["id"]))
         return plan
@@ -78,4 +79,4 @@ class RolesStep(ArcModeOnly, Step):
         from aks_flex_node.azure import rbac
 
         rbac.delete_assignment(ctx.azure.clients, assignment_id)
-        ctx.ledger.forget("role_assignment", assignment_id)
+        ctx.ledger.forget(Kind.ROLE_ASSIGNMENT, assignment_id)

@@ -7,6 +7,7 @@ from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.http_policy import ProxySettingError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.artifacts import ArtifactStep
+from aks_flex_node.steps.kinds import Kind
 
 BIN_DIR = "/usr/local/bin"
 RUNC_PATH = BIN_DIR + "/runc"
@@ -55,14 +56,14 @@ def plan_service_proxy(ctx, plan, step, unit):
         return
     removed = False
     for path, owes in ((dropin, dropin_owes), (env_path, env_owes)):
-        entry = ctx.ledger.get("file", path)
+        entry = ctx.ledger.get(Kind.FILE, path)
         if entry is None:
             continue
         removed = True
         for action in tracked.plan_undo_paths(ctx, [entry]).actions:
             plan.add(action.what, "the config has no https_proxy any more", action.run, owes=owes)
     # The drop-in directory, when writing the drop-in made it (and it is empty by then).
-    directory = ctx.ledger.get("parent_dir", os.path.dirname(dropin))
+    directory = ctx.ledger.get(Kind.PARENT_DIR, os.path.dirname(dropin))
     if removed and directory is not None:
         for action in tracked.plan_undo_paths(ctx, [directory]).actions:
             plan.add(action.what, "it held only the proxy drop-in", action.run)

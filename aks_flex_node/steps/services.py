@@ -9,6 +9,7 @@ crash, kill -9) is still in the ledger, so the next run pays it.
 
 from aks_flex_node.engine.step import ACTIVATE, RELOAD, RESTART, Plan, Step
 from aks_flex_node.engine.undo import Leftover
+from aks_flex_node.steps.kinds import Kind
 
 UNITS = ("containerd", "kubelet")  # in start order: the kubelet needs containerd
 CONTAINERD_RUNTIME_DIR = "/run/containerd"
@@ -44,13 +45,13 @@ class ServicesStep(Step):
 
         def enable():
             systemd.enable(unit)
-            ctx.ledger.record(self.name, "unit", unit)
+            ctx.ledger.record(self.name, Kind.UNIT, unit)
 
         if not enabled:
             plan.add(f"enable {unit}", "it is not enabled", enable)
-        elif not ctx.ledger.has("unit", unit) and ctx.ledger.has(
-                "file", f"/etc/systemd/system/{unit}.service"):
-            ctx.adopt(self.name, "unit", unit)  # enabled by an earlier run whose record was lost
+        elif not ctx.ledger.has(Kind.UNIT, unit) and ctx.ledger.has(
+                Kind.FILE, f"/etc/systemd/system/{unit}.service"):
+            ctx.adopt(self.name, Kind.UNIT, unit)  # enabled by an earlier run whose record was lost
         if not active:
             # A start reads everything afresh: it pays any restart owed too.
             plan.add(f"start {unit}", "it is not running",
@@ -66,7 +67,7 @@ class ServicesStep(Step):
 
     def plan_undo(self, ctx, entries):
         systemd, plan = ctx.host.systemd, Plan()
-        units = [e["id"] for e in entries if e["kind"] == "unit"]
+        units = [e["id"] for e in entries if e["kind"] == Kind.UNIT]
         # kubelet first: it needs containerd to stop its pods cleanly.
         for unit in sorted(units, key=lambda u: u != "kubelet"):
             plan.add(f"stop and disable {unit}", f"enabled by the {self.name} phase",
@@ -79,7 +80,7 @@ class ServicesStep(Step):
 
     def _disable(self, ctx, systemd, unit):
         systemd.disable(unit, now=True)
-        ctx.ledger.forget("unit", unit)
+        ctx.ledger.forget(Kind.UNIT, unit)
 
     @staticmethod
     def _unmount(ctx):

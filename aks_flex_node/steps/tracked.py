@@ -19,8 +19,8 @@ import re
 from aks_flex_node import paths
 from aks_flex_node.engine.step import INSTALL, Plan, Step
 from aks_flex_node.engine.undo import Leftover
+from aks_flex_node.steps.kinds import DIR_KINDS, Kind
 
-DIR_KINDS = ("dir", "parent_dir")
 # What the downloader (host/download.py) keeps in the cache: <sha256>-<name>,
 # checksums-<key>-<name>, and .download-*.part while a download runs; and the temp file
 # (host/fs.py: .<name>.<...>.tmp) a run killed while writing a checksum copy left.
@@ -62,7 +62,7 @@ def make_parents(ctx, step, path):
         missing.append(parent)
         parent = os.path.dirname(parent)
     for directory in reversed(missing):
-        ctx.ledger.record(step, "parent_dir", directory)
+        ctx.ledger.record(step, Kind.PARENT_DIR, directory)
         ctx.host.ensure_dir(directory, 0o755)
     return missing[::-1]
 
@@ -72,14 +72,14 @@ def claim_file(ctx, step, path, **extra):
     a file someone else had there is backed up first (undo restores it)."""
     host = ctx.host
     make_parents(ctx, step, path)
-    if not ctx.ledger.has("file", path):
+    if not ctx.ledger.has(Kind.FILE, path):
         original = host.read_bytes(path)
         if original is not None:
             backup = paths.backup_path(path)
             original_mode = host.mode(path)
             host.write_file(backup, original, 0o600)
             extra.update(backup=backup, mode=original_mode)
-    ctx.ledger.record(step, "file", path, **extra)
+    ctx.ledger.record(step, Kind.FILE, path, **extra)
 
 
 def write_tracked(ctx, step, path, content, mode, **extra):
@@ -94,17 +94,17 @@ def link_tracked(ctx, step, path, target):
     entry of ours keeps its backup. Returns what host.write_symlink changed."""
     host = ctx.host
     make_parents(ctx, step, path)
-    entry = ctx.ledger.get("file", path)
+    entry = ctx.ledger.get(Kind.FILE, path)
     kept = {k: entry[k] for k in ("backup", "mode") if k in entry} if entry else {}
     if entry is None and host.kind(path) == "file":
         backup = paths.backup_path(path)
         host.write_file(backup, host.read_bytes(path), 0o600)
         kept = {"backup": backup, "mode": host.mode(path)}
-    ctx.ledger.replace(step, "file", path, link=target, **kept)
+    ctx.ledger.replace(step, Kind.FILE, path, link=target, **kept)
     return host.write_symlink(path, target)
 
 
-def plan_dir(ctx, plan, step, path, mode=0o755, kind="dir"):
+def plan_dir(ctx, plan, step, path, mode=0o755, kind=Kind.DIR):
     """Create `path` when missing. kind "state_dir": a service's state directory, which
     undo removes with its content (the service we installed filled it)."""
     if ctx.host.is_dir(path):
@@ -128,7 +128,7 @@ def ensure_cache_dir(ctx, step):
             _write_cache_tag(ctx, cache_dir)
         return
     make_parents(ctx, step, cache_dir)
-    ctx.ledger.record(step, "cache_dir", cache_dir)
+    ctx.ledger.record(step, Kind.CACHE_DIR, cache_dir)
     ctx.host.ensure_dir(cache_dir, 0o755)
     _write_cache_tag(ctx, cache_dir)
 
@@ -143,7 +143,7 @@ def cache_tag_drift(ctx):
     written, so a run killed in between leaves it untagged, and unbootstrap, the config's
     cache_dir check and `tar --exclude-caches` all go by the tag."""
     cache_dir = ctx.config.cache_dir
-    if not ctx.ledger.has("cache_dir", cache_dir) or not ctx.host.is_dir(cache_dir):
+    if not ctx.ledger.has(Kind.CACHE_DIR, cache_dir) or not ctx.host.is_dir(cache_dir):
         return None
     drift, _ = file_drift(ctx.host, f"{cache_dir}/{paths.CACHE_TAG_NAME}", paths.CACHE_TAG, 0o644)
     return drift
@@ -152,7 +152,7 @@ def cache_tag_drift(ctx):
 def plan_cache_tag(ctx, plan, step):
     """Plan the tag of the cache directory in the phase that recorded the directory (one
     phase, though every artifact phase uses the cache); True when it is planned."""
-    entry = ctx.ledger.get("cache_dir", ctx.config.cache_dir)
+    entry = ctx.ledger.get(Kind.CACHE_DIR, ctx.config.cache_dir)
     drift = cache_tag_drift(ctx) if entry is not None and entry["step"] == step else None
     if drift is None:
         return False
@@ -171,22 +171,22 @@ def plan_undo_paths(ctx, entries, state_dirs=()):
     plan = Plan()
     for entry in reversed(entries):
         kind, path = entry["kind"], entry["id"]
-        if kind == "dir" and path in state_dirs:
-            kind = "state_dir"
+        if kind == Kind.DIR and path in state_dirs:
+            kind = Kind.STATE_DIR
         origin = f"created by the {entry['step']} phase"
-        if kind == "file" and entry.get("backup"):
+        if kind == Kind.FILE and entry.get("backup"):
             plan.add(f"restore {path}", f"it was there before; its original is {entry['backup']}",
                      lambda e=entry: _restore(ctx, e))
-        elif kind == "file":
+        elif kind == Kind.FILE:
             plan.add(f"remove {path}", origin, lambda p=path: _remove_file(ctx, p))
         elif kind in DIR_KINDS:
             plan.add(f"remove directory {path} if it is empty", origin,
                      lambda e=entry: _remove_empty_dir(ctx, e, final=False))
-        elif kind == "state_dir":
+        elif kind == Kind.STATE_DIR:
             plan.add(f"remove {path} and its content", f"{origin}: the state of a service "
                      "aks-flex-node installed (never across a mount point)",
                      lambda e=entry: _remove_state_dir(ctx, e))
-        elif kind == "cache_dir":
+        elif kind == Kind.CACHE_DIR:
             plan.add(f"remove aks-flex-node's downloads from {path}, then it if empty", origin,
                      lambda p=path: _remove_cache(ctx, p))
     return plan
@@ -207,7 +207,7 @@ def plan_undo_leftover_dirs(ctx):
 
 def forget_file(ctx, path):
     """Undo one file of ours now, as unbootstrap would: restore its backup, or remove it."""
-    entry = ctx.ledger.get("file", path)
+    entry = ctx.ledger.get(Kind.FILE, path)
     if entry is None:
         return []
     return _restore(ctx, entry) if entry.get("backup") else _remove_file(ctx, path)
@@ -220,7 +220,7 @@ def _restore(ctx, entry):
         return [Leftover(path, f"its backup {backup} is gone; left as it is")]
     ctx.host.write_file(path, original, entry.get("mode", 0o644))
     ctx.host.remove(backup)
-    ctx.ledger.forget("file", path)
+    ctx.ledger.forget(Kind.FILE, path)
     return []
 
 
@@ -228,7 +228,7 @@ def _remove_file(ctx, path):
     if ctx.host.kind(path) == "dir":
         return [Leftover(path, "a directory is there now, not the file aks-flex-node wrote; left as it is")]
     ctx.host.remove(path)
-    ctx.ledger.forget("file", path)
+    ctx.ledger.forget(Kind.FILE, path)
     return []
 
 
@@ -265,13 +265,13 @@ def _remove_cache(ctx, path):
         host.remove(tag)  # and the temp file a run killed while writing it left
     names = host.listdir(path)
     if names is None:
-        ctx.ledger.forget("cache_dir", path)
+        ctx.ledger.forget(Kind.CACHE_DIR, path)
         return []
     for name in names:
         # (one gone meanwhile, a temp file removed with the file it was for, is no file)
         if _CACHE_FILE.fullmatch(name) and host.kind(f"{path}/{name}") == "file":
             host.remove(f"{path}/{name}")
-    ctx.ledger.forget("cache_dir", path)
+    ctx.ledger.forget(Kind.CACHE_DIR, path)
     try:
         host.remove_empty_dir(path)
     except OSError:
@@ -297,7 +297,7 @@ class OwnsPaths:
 
     def plan_dir(self, ctx, plan, path, mode=0o755):
         """plan_dir for this step: a `state_dir` when `path` is one of its state_dirs."""
-        kind = "state_dir" if path in self.state_dirs else "dir"
+        kind = Kind.STATE_DIR if path in self.state_dirs else Kind.DIR
         return plan_dir(ctx, plan, self.name, path, mode, kind=kind)
 
     def plan_undo(self, ctx, entries):

@@ -11,12 +11,13 @@ import pytest
 from aks_flex_node import cli
 from aks_flex_node.maintainer import node_files
 from aks_flex_node.engine import status as st
-from aks_flex_node.engine.ledger import KINDS, Ledger
+from aks_flex_node.engine.ledger import Ledger
 from aks_flex_node.engine.lock import RunLock, StateWriteError
 from aks_flex_node.engine.step import restart
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.host import Host
 from aks_flex_node.paths import COMPLETE_MARKER, LEDGER, LOCK, STATE_DIR, STATUS
+from aks_flex_node.steps.kinds import KINDS, Kind, open_ledger
 
 
 @pytest.fixture
@@ -144,9 +145,23 @@ def test_an_entry_of_an_unknown_kind_is_refused(host):
         {"step": "arc", "kind": "arc_machine", "id": "/m"},
         {"step": "x", "kind": "quantum", "id": "q"}]}, 0o600)
     with pytest.raises(FlexNodeError) as err:
-        Ledger(host)
+        open_ledger(host)
     assert 'entries[1].kind is "quantum" (id q)' in err.value.message
+    assert "expected one of agentpool_machine, arc_machine, artifact," in err.value.message
     assert LEDGER in err.value.message and "newer" in err.value.remedy
+    # The engine knows no kind of its own: the steps hand it theirs.
+    assert Ledger(host).get("quantum", "q") is not None
+
+
+def test_the_kinds_are_the_words_earlier_releases_wrote():
+    """The ledger on disk keeps its words: a Kind is written, shown and compared as one."""
+    assert sorted(KINDS) == [
+        "agentpool_machine", "arc_machine", "artifact", "azcmagent_config", "azcmagent_connection",
+        "cache_dir", "dir", "file", "kubelet_upgrade", "node", "parent_dir", "role_assignment",
+        "staging", "state_dir", "unit"]
+    assert (json.dumps(Kind.ROLE_ASSIGNMENT), f"{Kind.FILE}", str(Kind.UNIT)) == (
+        '"role_assignment"', "file", "unit")
+    assert Kind("node") is Kind.NODE and Kind.NODE == "node"
 
 
 def test_every_kind_the_steps_record_is_known():
@@ -158,14 +173,15 @@ def test_every_kind_the_steps_record_is_known():
 
 
 def test_what_the_ledger_writes_reads_back(host):
-    ledger = Ledger(host)
+    ledger = open_ledger(host)
     for kind in sorted(KINDS):
         ledger.record("s", kind, f"/{kind}")
+    assert {e["kind"] for e in json.loads(host.read_bytes(LEDGER))["entries"]} == set(KINDS)
     ledger.record("kubelet", "file", "/etc/default/kubelet", backup="/var/backup", mode=0o644)
     ledger.record("runc", "artifact", "runc", url="https://x/runc", members=["/usr/bin/runc"])
     ledger.owe([restart("kubelet", "its config changed")])
     ledger.set_joined(cluster_resource_id="/c/1", facts={"principal_id": "p"})
-    again = Ledger(host)
+    again = open_ledger(host)
     assert again.get("file", "/etc/default/kubelet")["mode"] == 0o644
     assert again.obligations()[0].unit == "kubelet"
     assert again.joined["facts"] == {"principal_id": "p"}
