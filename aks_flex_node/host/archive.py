@@ -33,10 +33,12 @@ class ArchiveError(FlexNodeError):
 
 def _normal_name(raw, archive):
     if raw.startswith("/"):
-        raise ArchiveError(f"archive {archive} has a member with an absolute path: {raw!r}")
+        raise ArchiveError(f"archive {archive} has a member with an absolute path: {raw!r}",
+                           code="member-absolute")
     parts = [p for p in raw.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise ArchiveError(f"archive {archive} has a member that climbs out with '..': {raw!r}")
+        raise ArchiveError(f"archive {archive} has a member that climbs out with '..': {raw!r}",
+                           code="member-climbs-out")
     return "/".join(parts)
 
 
@@ -75,7 +77,7 @@ def members(body, wanted, archive, max_member_bytes=MAX_MEMBER_BYTES):
     try:
         tar = tarfile.open(fileobj=body, mode="r|*", bufsize=STREAM_BUFFER)
     except _DAMAGE as e:
-        raise ArchiveError(f"cannot read archive {archive}: {e}") from e
+        raise ArchiveError(f"cannot read archive {archive}: {e}", code="not-an-archive") from e
     with tar:
         try:
             for member in tar:
@@ -89,16 +91,18 @@ def members(body, wanted, archive, max_member_bytes=MAX_MEMBER_BYTES):
                 if not member.isreg():
                     raise ArchiveError(
                         f"archive {archive} member {name} is a {_kind(member)}: "
-                        "expected a regular file"
+                        "expected a regular file",
+                        code="member-not-regular",
                     )
                 if member.size > max_member_bytes:
                     raise ArchiveError(
                         f"archive {archive} member {name} is {member.size} bytes: "
-                        f"expected at most {max_member_bytes}"
+                        f"expected at most {max_member_bytes}",
+                        code="member-too-large",
                     )
                 yield name, dest, _Content(tar.extractfile(member), f"archive {archive} member {name}")
         except _DAMAGE as e:
-            raise ArchiveError(f"archive {archive} is damaged: {e}") from e
+            raise ArchiveError(f"archive {archive} is damaged: {e}", code="damaged") from e
 
 
 class _Content:
@@ -111,4 +115,4 @@ class _Content:
         try:
             return self._f.read(size)
         except _DAMAGE as e:
-            raise ArchiveError(f"{self._shown} is damaged: {e}") from e
+            raise ArchiveError(f"{self._shown} is damaged: {e}", code="damaged") from e

@@ -65,7 +65,8 @@ class Azcmagent:
         try:
             return self.host.run([self.command, *args], **kwargs)
         except CommandNotFound as err:
-            raise AzcmagentError(f"{self.command} is not installed: {err.message}", remedy=INSTALL_HINT) from None
+            raise AzcmagentError(f"{self.command} is not installed: {err.message}", remedy=INSTALL_HINT,
+                                 code="azcmagent-not-installed") from None
 
     def show(self):
         """`azcmagent show -j` as a dict (`status` is "Connected" or "Disconnected"...);
@@ -178,7 +179,8 @@ class Azcmagent:
         if unknown:
             raise AzcmagentError(f"azcmagent connect settings {unknown}: expected only {', '.join(CONNECT_KEYS)}")
         if not access_token:
-            raise AzcmagentError("azcmagent connect: access_token is empty: expected an ARM access token")
+            raise AzcmagentError("azcmagent connect: access_token is empty: expected an ARM access token",
+                                 code="empty-access-token")
         content = {k: v for k, v in settings.items() if v not in (None, "", {})}
         if "tags" in content:
             content["tags"] = format_tags(content["tags"])

@@ -22,11 +22,13 @@ _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 class Unsafe(Exception):
     """Why a file cannot be read as asked (`why`, in the operator's words), with `remedy`
-    when there is one and the errno when the system said no (`errno`, else None)."""
+    when there is one, the errno when the system said no (`errno`, else None) and `code`,
+    a stable name for the case (absent, symlink, cannot-open, not-regular, loose-mode,
+    foreign-owner, too-large) that is never reworded."""
 
-    def __init__(self, why, remedy=None, err=None):
+    def __init__(self, why, remedy=None, err=None, *, code):
         super().__init__(why)
-        self.why, self.remedy, self.errno = why, remedy, err
+        self.why, self.remedy, self.errno, self.code = why, remedy, err, code
 
 
 def kind_of(mode):
@@ -47,27 +49,28 @@ def read(path, max_bytes, *, private=False, owners=None, follow=False):
     try:
         fd = os.open(path, _FLAGS if follow else _FLAGS | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise Unsafe("the file does not exist", err=errno.ENOENT) from None
+        raise Unsafe("the file does not exist", err=errno.ENOENT, code="absent") from None
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise Unsafe("is a symlink: expected a regular file", err=err.errno) from None
-        raise Unsafe(f"cannot open it ({err.strerror})", err=err.errno) from None
+            raise Unsafe("is a symlink: expected a regular file", err=err.errno, code="symlink") from None
+        raise Unsafe(f"cannot open it ({err.strerror})", err=err.errno, code="cannot-open") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):  # (a directory's descriptor cannot even be a file object)
         os.close(fd)
-        raise Unsafe(f"expected a regular file (it is {kind_of(info.st_mode)})")
+        raise Unsafe(f"expected a regular file (it is {kind_of(info.st_mode)})", code="not-regular")
     with os.fdopen(fd, "rb") as handle:
         mode = stat.S_IMODE(info.st_mode)
         if private and mode & 0o077:
             raise Unsafe(f"has mode {mode:04o}: expected 0600 or 0400 (readable by its owner only)",
-                         remedy=f"chmod 600 {path}")
+                         remedy=f"chmod 600 {path}", code="loose-mode")
         if owners is not None and info.st_uid not in owners:
-            raise Unsafe(f"is owned by uid {info.st_uid}: expected root", remedy=f"chown root:root {path}")
+            raise Unsafe(f"is owned by uid {info.st_uid}: expected root", remedy=f"chown root:root {path}",
+                         code="foreign-owner")
         if info.st_size > max_bytes:
-            raise Unsafe(f"is {info.st_size} bytes: expected at most {max_bytes} bytes")
+            raise Unsafe(f"is {info.st_size} bytes: expected at most {max_bytes} bytes", code="too-large")
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:  # grown since the fstat
-        raise Unsafe(f"expected at most {max_bytes} bytes")
+        raise Unsafe(f"expected at most {max_bytes} bytes", code="too-large")
     return data
 
 

@@ -179,7 +179,8 @@ class Downloader:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             raise DownloadError(
-                f"checksum file {checksum_url} is not text: expected sha256sum output"
+                f"checksum file {checksum_url} is not text: expected sha256sum output",
+                code="checksum-not-text",
             ) from None
         digest = parse_checksums(text, filename, checksum_url)
         self._unverified.add(digest, cached, body)
@@ -224,6 +225,7 @@ class Downloader:
                     f"cannot download {url}: its TLS certificate does not verify against "
                     f"{self.policy.trusted()}: {e.reason.verify_message}",
                     remedy="check ca_bundle, or the proxy's certificate",
+                    code="tls-untrusted",
                 ) from e
             raise _Transient(str(e.reason)) from e
         except (OSError, http.client.HTTPException) as e:
@@ -236,7 +238,8 @@ class Downloader:
             except (OSError, http.client.HTTPException) as e:
                 raise _Transient(str(e) or type(e).__name__) from e
         if len(body) > MAX_CHECKSUM_BYTES:
-            raise DownloadError(f"checksum file {url} is larger than {MAX_CHECKSUM_BYTES} bytes")
+            raise DownloadError(f"checksum file {url} is larger than {MAX_CHECKSUM_BYTES} bytes",
+                                code="checksum-too-large")
         return body
 
     def _download_to(self, url, final, sha256, sink):
@@ -265,7 +268,7 @@ class Downloader:
         reason = err.strerror or str(err)
         remedy = (f"free space on the file system of {self.cache_dir}, or set cache_dir to one with room "
                   "(docs/configuration.md)") if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
-        return DownloadError(f"cannot save {url} as {path}: {reason}", remedy=remedy)
+        return DownloadError(f"cannot save {url} as {path}: {reason}", remedy=remedy, code="cache-write")
 
     def _write_part(self, url, fd, tmp, final, sha256, sink):
         """Receive `url` into the part file `tmp` (open as `fd`), verify it and rename it to

@@ -106,7 +106,7 @@ def make_parents(directory):
             os.mkdir(d, DIR_MODE)
         except FileExistsError:
             if not os.path.isdir(d):
-                raise HostFileError(f"cannot create directory {d}: a file is in the way")
+                raise HostFileError(f"cannot create directory {d}: a file is in the way", code="file-in-the-way")
             continue  # another thread made it meanwhile
         except OSError as e:
             raise _fail("create directory", d, e) from e
@@ -178,7 +178,7 @@ def write_file(path, content, mode=0o644, owner=None):
 
     st = _lstat(path)
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise HostFileError(f"cannot write {path}: it is a directory, expected a file")
+        raise HostFileError(f"cannot write {path}: it is a directory, expected a file", code="is-a-directory")
 
     if st is not None and stat.S_ISREG(st.st_mode):
         if file_sha256(path) == hashlib.sha256(content).hexdigest():
@@ -225,7 +225,8 @@ def write_symlink(path, target):
         raise ValueError(f"target = {target!r}: expected a relative path")
     st = _lstat(path)
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise HostFileError(f"cannot link {path}: it is a directory, expected a file or a link")
+        raise HostFileError(f"cannot link {path}: it is a directory, expected a file or a link",
+                            code="is-a-directory")
     if st is not None and stat.S_ISLNK(st.st_mode) and os.readlink(path) == target:
         return None
     directory = os.path.dirname(path)
@@ -265,7 +266,7 @@ def ensure_dir(path, mode=DIR_MODE):
     if stat.S_ISLNK(st.st_mode) and os.path.isdir(path):
         return None
     if not stat.S_ISDIR(st.st_mode):
-        raise HostFileError(f"cannot create directory {path}: a file is in the way")
+        raise HostFileError(f"cannot create directory {path}: a file is in the way", code="file-in-the-way")
     if stat.S_IMODE(st.st_mode) != mode:
         try:
             os.chmod(path, mode)
@@ -296,6 +297,7 @@ def remove(path):
         return False
     except OSError as e:
         if e.errno in (errno.ENOTEMPTY, errno.EEXIST):  # rmdir(2) allows either
-            raise HostFileError(f"{path} is a directory with content: not removed") from e
+            raise HostFileError(f"{path} is a directory with content: not removed",
+                                code="directory-not-empty") from e
         raise _fail("remove", path, e) from e
     return True

@@ -63,7 +63,8 @@ class Host:
         if parent != root and not parent.startswith(root.rstrip("/") + "/"):
             raise fs.HostFileError(
                 f"refusing to change {p} under {self.root}: a symlink in its parents leads "
-                f"outside the root (to {parent})"
+                f"outside the root (to {parent})",
+                code="outside-root",
             )
         return real
 

@@ -78,7 +78,8 @@ class StagedFile:
         except OSError as e:
             raise fs._fail("write", self.real, e) from e
         if st is not None and stat.S_ISDIR(st.st_mode):
-            raise fs.HostFileError(f"cannot write {self.real}: it is a directory, expected a file")
+            raise fs.HostFileError(f"cannot write {self.real}: it is a directory, expected a file",
+                                    code="is-a-directory")
         regular = st is not None and stat.S_ISREG(st.st_mode)
         if regular and st.st_size == self.size and stat.S_IMODE(st.st_mode) == self.mode \
                 and fs.file_sha256(self.real) == self.sha256:

@@ -6,6 +6,7 @@ import hashlib
 import ipaddress
 import logging
 import os
+import re
 import socket
 import ssl
 import stat
@@ -73,7 +74,7 @@ def test_fetch_downloads_verifies_and_caches_by_hash(server, cache, caplog):
     assert os.listdir(cache) == [path.name]  # no temp file left
     assert server.count("/v1.30.4/bin/linux/amd64/kubelet") == 1
     assert server.requests[0][2].startswith("aks-flex-node/")
-    assert f"downloaded {url}: 300000 bytes in " in caplog.text
+    assert any(url in r.getMessage() and "300000" in r.getMessage() for r in caplog.records)  # what, how much
 
 
 def test_cache_hit_makes_no_request(server, cache):
@@ -419,19 +420,20 @@ def test_a_retry_waits_without_holding_a_slot(server, cache, monkeypatch):
 
 def test_bad_arguments_are_rejected(cache, tmp_path):
     d = downloader(cache)
-    with pytest.raises(ValueError, match="sha256 = 'abc': expected 64 hexadecimal"):
+    # each names the field and the value refused
+    with pytest.raises(ValueError, match="sha256 = 'abc'"):
         d.fetch("https://example.invalid/x", "abc")
-    with pytest.raises(ValueError, match="url = 'ftp://h/x': expected an http:// or https://"):
+    with pytest.raises(ValueError, match="url = 'ftp://h/x'"):
         d.fetch("ftp://h/x", "0" * 64)
-    with pytest.raises(ValueError, match="https_proxy = 'proxy:3128': expected an http"):
+    with pytest.raises(ValueError, match="https_proxy = 'proxy:3128'"):
         downloader(cache, proxy="proxy:3128")
-    with pytest.raises(ValueError, match="ca_bundle = .*nope.pem.*: expected a PEM file"):
+    with pytest.raises(ValueError, match=re.escape(f"ca_bundle = {str(tmp_path / 'nope.pem')!r}")):
         downloader(cache, ca_bundle=str(tmp_path / "nope.pem"))
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate")
-    with pytest.raises(ValueError, match="junk.pem.*not a usable PEM bundle"):
+    with pytest.raises(ValueError, match=re.escape(f"ca_bundle = {str(junk)!r}")):
         downloader(cache, ca_bundle=str(junk))
-    with pytest.raises(ValueError, match="max_parallel = 0: expected a whole number of at least 1"):
+    with pytest.raises(ValueError, match="max_parallel = 0"):
         downloader(cache, max_parallel=0)
 
 
@@ -531,10 +533,13 @@ def test_https_with_ca_bundle(tls_server, cache):
 
 def test_https_untrusted_certificate_is_a_permanent_error(tls_server, cache):
     url = tls_server.serve("/secure.bin", b"x")
-    with pytest.raises(DownloadError, match="does not verify against the system's CAs: ") as caught:
-        downloader(cache, attempts=3).fetch(url, sha(b"x"))
+    d = downloader(cache, attempts=3)
+    with pytest.raises(DownloadError) as caught:
+        d.fetch(url, sha(b"x"))
     assert not isinstance(caught.value, TemporaryError)
-    assert caught.value.remedy == "check ca_bundle, or the proxy's certificate"
+    assert caught.value.code == "tls-untrusted" and url in caught.value.message
+    assert d.policy.trusted() in caught.value.message  # what it was checked against
+    assert "ca_bundle" in caught.value.remedy  # the setting that mends it
 
 
 def test_https_a_leaf_without_authority_key_id(tls_server_without_aki, cache, monkeypatch):
@@ -548,10 +553,13 @@ def test_https_a_leaf_without_authority_key_id(tls_server_without_aki, cache, mo
     # OpenSSL's default verify paths (the system's CAs) are read from SSL_CERT_FILE when set.
     monkeypatch.setenv("SSL_CERT_FILE", tls_server_without_aki.ca_bundle)
     other = cache.parent / "other-cache"
+    d = downloader(other)
     with pytest.raises(DownloadError) as caught:
-        downloader(other).fetch(url, sha(body))
-    assert str(caught.value) == (f"cannot download {url}: its TLS certificate does not verify against "
-                                 "the system's CAs: Missing Authority Key Identifier")
+        d.fetch(url, sha(body))
+    # the URL, what it was checked against (the system's CAs) and OpenSSL's reason
+    assert caught.value.code == "tls-untrusted"
+    assert caught.value.message.startswith(f"cannot download {url}:")
+    assert caught.value.message.endswith(f"{d.policy.trusted()}: Missing Authority Key Identifier")
     assert not isinstance(caught.value, TemporaryError)
     assert not any(other.iterdir())
 
@@ -602,7 +610,8 @@ def test_checksum_fetches_parses_and_falls_back_to_its_cached_copy(server, cache
     d.fetch(artifact, sha(body))  # the artifact verifies against it: the copy is kept
     server.serve("/containerd-1.7.tar.gz.sha256sum", status=503)  # the mirror goes down
     assert downloader(cache, attempts=2).checksum(url, "containerd-1.7.tar.gz") == sha(body)
-    assert "unreachable; using the copy cached" in caplog.text
+    assert any(r.levelname == "WARNING" and url in r.getMessage() and str(cache) in r.getMessage()
+               for r in caplog.records)  # the checksum file it could not reach, and the copy used
     other = server.serve("/never-fetched.sha256", status=503)
     with pytest.raises(DownloadUnavailable, match="never-fetched"):
         downloader(cache, attempts=1).checksum(other, "x")
@@ -650,11 +659,14 @@ def test_a_cached_checksum_file_the_artifact_does_not_match_is_removed(server, c
 
 def test_checksum_file_that_is_not_text_or_too_big(server, cache):
     url = server.serve("/bin.sha256", b"\xff\xfe\x00binary")
-    with pytest.raises(DownloadError, match="bin.sha256 is not text"):
+    with pytest.raises(DownloadError) as caught:
         downloader(cache).checksum(url, "x")
+    assert caught.value.code == "checksum-not-text" and url in caught.value.message
     url = server.serve("/huge.sha256", b"a" * (1024 * 1024 + 1))
-    with pytest.raises(DownloadError, match="huge.sha256 is larger than 1048576 bytes"):
+    with pytest.raises(DownloadError) as caught:
         downloader(cache).checksum(url, "x")
+    assert caught.value.code == "checksum-too-large" and url in caught.value.message
+    assert "1048576" in caught.value.message  # the limit
 
 
 def test_the_run_policy_decides_and_the_environment_is_ignored(server, cache, monkeypatch):
@@ -714,7 +726,9 @@ def test_a_full_cache_file_system_is_an_error_naming_the_file_and_what_to_do(ser
     with pytest.raises(DownloadError) as caught:
         downloader(full_cache).fetch(url, sha(body))
     message = str(caught.value)
-    assert f"cannot save {url} as {full_cache}/.download-" in message and "No space left on device" in message
+    # the URL, the file it was writing in the cache, and the system's reason
+    assert caught.value.code == "cache-write"
+    assert url in message and f"{full_cache}/.download-" in message and "No space left on device" in message
     assert "cache_dir" in caught.value.remedy and str(full_cache) in caught.value.remedy
     assert caught.value.exit_code == ExitCode.FAILED
     assert os.listdir(full_cache) == [], "the part file is removed"

@@ -1,6 +1,7 @@
 """Host paths and files: real files under a temp root."""
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -134,19 +135,20 @@ def test_owner_names_come_from_the_roots_account_files(host):
         == (990, 985)
     host.write_file("/var/lib/b", b"x", 0o640, owner="root:kube")
     assert os.stat(host.path("/var/lib/b")).st_gid == 977
-    with pytest.raises(ValueError, match="owner = 'nobody:x': no user 'nobody' in"):
+    # the field, its value, the name not found and the file it was looked up in
+    with pytest.raises(ValueError, match=r"owner = 'nobody:x'.*'nobody'.*/etc/passwd"):
         host.write_file("/var/lib/c", b"x", owner="nobody:x")
-    with pytest.raises(ValueError, match="no group 'nogroup'"):
+    with pytest.raises(ValueError, match=r"owner = 'root:nogroup'.*'nogroup'.*/etc/group"):
         host.write_file("/var/lib/c", b"x", owner="root:nogroup")
-    with pytest.raises(ValueError, match=r"owner = \(0, -1\): expected \(uid, gid\)"):
+    with pytest.raises(ValueError, match=r"owner = \(0, -1\)"):
         host.write_file("/var/lib/c", b"x", owner=(0, -1))
     assert not host.exists("/var/lib/c")
 
 
 def test_write_rejects_bad_content_and_mode(host):
-    with pytest.raises(TypeError, match="content for .*/etc/x is a str: expected bytes"):
+    with pytest.raises(TypeError, match=r"/etc/x.*\bstr\b"):  # the file and the type given
         host.write_file("/etc/x", "text")
-    with pytest.raises(ValueError, match="mode = '644': expected permission bits"):
+    with pytest.raises(ValueError, match="mode = '644'"):
         host.write_file("/etc/x", b"x", "644")
     with pytest.raises(ValueError, match="mode = 4096"):
         host.write_file("/etc/x", b"x", 0o10000)
@@ -155,8 +157,9 @@ def test_write_rejects_bad_content_and_mode(host):
 
 def test_write_onto_a_directory_is_an_error(host):
     host.ensure_dir("/etc/x")
-    with pytest.raises(HostFileError, match="it is a directory, expected a file"):
+    with pytest.raises(HostFileError) as err:
         host.write_file("/etc/x", b"x")
+    assert err.value.code == "is-a-directory" and str(host.path("/etc/x")) in err.value.message
 
 
 def test_symlink_is_replaced_not_written_through(host, tmp_path):
@@ -177,12 +180,13 @@ def test_parent_symlink_leading_out_of_the_root_is_refused(host, tmp_path):
     # Debian images have an absolute /var/run -> /run: followed from outside the
     # image it would land on the build machine.
     os.symlink(outside, host.path("/var/run"))
-    with pytest.raises(HostFileError, match="a symlink in its parents leads outside the root"):
-        host.write_file("/var/run/x.pid", b"1")
-    with pytest.raises(HostFileError, match="outside the root"):
-        host.remove("/var/run/x")
-    with pytest.raises(HostFileError, match="outside the root"):
-        host.remove_tree("/var/run/x")
+    for change, node_path in ((lambda p: host.write_file(p, b"1"), "/var/run/x.pid"),
+                              (host.remove, "/var/run/x"), (host.remove_tree, "/var/run/x")):
+        with pytest.raises(HostFileError) as err:
+            change(node_path)
+        # the path refused and where the symlink leads
+        assert err.value.code == "outside-root"
+        assert node_path in err.value.message and str(outside) in err.value.message
     assert list(outside.iterdir()) == []
 
 
@@ -267,8 +271,11 @@ def test_a_read_only_filesystem_is_an_error_naming_the_file(tmp_path):
     target.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(target)], check=True)
     try:
-        with pytest.raises(HostFileError, match=f"cannot write {target}/f: Read-only file system"):
+        with pytest.raises(HostFileError) as err:
             fs.write_file(str(target / "f"), b"x")
+        # the file, and the system's reason (strerror, not our words)
+        assert err.value.code == "host-file"
+        assert f"{target}/f" in err.value.message and "Read-only file system" in err.value.message
     finally:
         subprocess.run(["umount", str(target)], check=True)
 
@@ -299,10 +306,11 @@ def test_ensure_dir_creates_fixes_mode_and_is_idempotent(host):
 
 def test_ensure_dir_with_a_file_in_the_way(host):
     host.write_file("/opt/cni", b"")
-    with pytest.raises(HostFileError, match="cni: a file is in the way"):
-        host.ensure_dir("/opt/cni/bin")
-    with pytest.raises(HostFileError, match="a file is in the way"):
-        host.ensure_dir("/opt/cni")
+    for wanted in ("/opt/cni/bin", "/opt/cni"):
+        with pytest.raises(HostFileError) as err:
+            host.ensure_dir(wanted)
+        assert err.value.code == "file-in-the-way"
+        assert str(host.path("/opt/cni")) in err.value.message  # the file in the way
 
 
 def test_remove_takes_files_and_empty_directories(host):
@@ -317,8 +325,9 @@ def test_remove_takes_files_and_empty_directories(host):
 
 def test_remove_refuses_a_directory_with_content(host):
     host.write_file("/opt/cni/bin/bridge", b"1")
-    with pytest.raises(HostFileError, match=r"/opt/cni is a directory with content: not removed"):
+    with pytest.raises(HostFileError) as err:
         host.remove("/opt/cni")
+    assert err.value.code == "directory-not-empty" and str(host.path("/opt/cni")) in err.value.message
     assert host.read_bytes("/opt/cni/bin/bridge") == b"1"
 
 
@@ -351,9 +360,10 @@ def test_remove_and_remove_tree_never_follow_symlinks(host, tmp_path):
 
 def test_remove_and_remove_tree_refuse_the_root(host):
     for root_spelling in ("/", "//", "/.", "/./"):
-        with pytest.raises(ValueError, match="refusing to remove the root"):
+        named = re.escape(f"path = {root_spelling!r}")  # the field and the value refused
+        with pytest.raises(ValueError, match=named):
             host.remove(root_spelling)
-        with pytest.raises(ValueError, match="refusing to remove the root"):
+        with pytest.raises(ValueError, match=named):
             host.remove_tree(root_spelling)
     assert host.root.is_dir()
 
@@ -367,8 +377,9 @@ def test_read_and_exists(host):
     os.symlink("/nonexistent", host.path("/etc/dangling"))
     assert host.exists("/etc/dangling")  # something is there, even if it leads nowhere
     assert host.is_dir("/etc") and not host.is_dir("/etc/x")
-    with pytest.raises(HostFileError, match="cannot read .*/etc"):
+    with pytest.raises(HostFileError) as err:
         host.read_bytes("/etc")
+    assert err.value.code == "host-file" and str(host.path("/etc")) in err.value.message
 
 
 def test_under_umask_0_directories_and_files_get_exactly_their_modes(host):
@@ -407,9 +418,10 @@ def test_write_symlink_replaces_a_file_and_refuses_a_directory_and_an_absolute_t
     assert host.write_symlink("/usr/local/bin/kubelet", "../lib/k/current/kubelet") == "target"
     assert os.path.islink(host.path("/usr/local/bin/kubelet"))
     host.ensure_dir("/opt/d")
-    with pytest.raises(HostFileError, match="it is a directory"):
+    with pytest.raises(HostFileError) as err:
         host.write_symlink("/opt/d", "x")
-    with pytest.raises(ValueError, match="expected a relative path"):
+    assert err.value.code == "is-a-directory" and str(host.path("/opt/d")) in err.value.message
+    with pytest.raises(ValueError, match=re.escape("target = '/etc/passwd'")):
         host.write_symlink("/opt/x", "/etc/passwd")
     assert host.read_link("/usr/local/bin") is None and host.read_link("/nowhere/x") is None
 

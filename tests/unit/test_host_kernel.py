@@ -1,6 +1,7 @@
 """Kernel: /proc files under a temp root, modprobe/sysctl/swapoff stand-ins, fstab editing."""
 
 import os
+import re
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_commands_go_to_the_live_system_tools(node):
 
 @pytest.mark.parametrize("bad", ["", "-r", "br netfilter", "../overlay", None])
 def test_bad_module_names_are_rejected_before_running(node, bad):
-    with pytest.raises(ValueError, match=f"module name = {bad!r}: expected"):
+    with pytest.raises(ValueError, match=re.escape(f"module name = {bad!r}")):
         node.kernel.load_module(bad)
     assert node.calls() == []
 
@@ -62,10 +63,10 @@ def test_no_proc_modules_is_unknown_not_unloaded(node):
     agent loaded br_netfilter and reported a repair once a minute for good."""
     loaded = node.kernel.module_loaded("br_netfilter")
     assert isinstance(loaded, Unknown)
-    assert loaded.reason == ("/proc/modules is absent (a container or an image build), "
-                             "and so is /sys/module/br_netfilter")
+    # both places looked at, neither there
+    assert "/proc/modules" in loaded.reason and "/sys/module/br_netfilter" in loaded.reason
     assert isinstance(node.kernel.loaded_modules(), Unknown)
-    with pytest.raises(TypeError, match="neither true nor false"):
+    with pytest.raises(TypeError, match=re.escape(loaded.reason)):  # and why it is unknown
         bool(loaded)  # no caller can take it for "not loaded"
     # An empty /proc/modules is known: nothing loadable is loaded (all built in).
     node.write_file("/proc/modules", b"")
@@ -93,7 +94,7 @@ def test_sysctl_reads_proc_sys_or_says_why_it_cannot(node):
     missing = node.kernel.sysctl("net.bridge.bridge-nf-call-iptables")
     assert isinstance(missing, Unknown)
     assert missing.reason.startswith("/proc/sys/net/bridge/bridge-nf-call-iptables does not exist")
-    with pytest.raises(ValueError, match="sysctl key = '../x': expected"):
+    with pytest.raises(ValueError, match=re.escape("sysctl key = '../x'")):
         node.kernel.sysctl("../x")
 
 
@@ -109,7 +110,7 @@ def test_swap_reads_proc_swaps(node, content, on):
         node.write_file("/proc/swaps", content)
     state = node.kernel.swap_on()
     if on is None:
-        assert isinstance(state, Unknown) and "/proc/swaps is absent" in state.reason
+        assert isinstance(state, Unknown) and "/proc/swaps" in state.reason
     else:
         assert state is on
 
@@ -163,5 +164,5 @@ def test_comment_out_swap_shapes(fstab, expected_new, expected_changed):
 
 
 def test_comment_out_swap_wants_text():
-    with pytest.raises(TypeError, match="fstab_text is a bytes: expected str"):
+    with pytest.raises(TypeError, match=r"^fstab_text\b.*\bbytes\b"):  # the argument and the type given
         comment_out_swap(b"/swap none swap sw 0 0\n")

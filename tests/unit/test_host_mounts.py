@@ -6,6 +6,7 @@ whatever happened, so a failing test never leaves a mount behind.
 """
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -119,7 +120,7 @@ def test_every_field_and_escape_is_decoded():
 @pytest.mark.parametrize("line", [b"36 35 98:0 / /mnt rw", b"x 35 98:0 / /mnt rw - ext4 /dev/a rw",
                                   b"36 35 98:0 / /mnt rw - ext4"])
 def test_a_malformed_line_is_an_error(line):
-    with pytest.raises(MountinfoError, match="unexpected mountinfo line"):
+    with pytest.raises(MountinfoError, match=re.escape(repr(line))):  # the line refused
         parse_mountinfo(line + b"\n")
 
 
@@ -176,15 +177,16 @@ def test_a_failing_umount_leaves_the_whole_tree_and_names_each_mount(host, pods,
 def test_an_umount_that_exits_0_but_unmounts_nothing_is_still_reported(host, pods, stand_ins):
     write_umount(stand_ins, "exit 0\n")
     leftovers = host.remove_tree(KUBELET)
-    assert f"{VOLUMES}/b is still mounted" in "\n".join(leftovers)
+    assert [v for v in leftovers if v.startswith(f"{VOLUMES}/b ")]  # the mount left, by its path
     assert host.read_bytes(VOLUMES + "/v/token") == b"secret"
 
 
 def test_under_a_root_prefix_without_stand_ins_nothing_is_unmounted_or_removed(host, pods):
     image = Host(root=host.root, env={"PATH": PATH})
     leftovers = image.remove_tree(KUBELET)
-    assert f"{VOLUMES}/v is still mounted (tmpfs tmpfs): umount skipped under a root prefix" \
-        in leftovers
+    # the mount left, by its path and what it is
+    assert any(v.startswith(f"{VOLUMES}/v ") and "(tmpfs tmpfs)" in v for v in leftovers)
+    assert os.path.ismount(image.path(VOLUMES + "/v"))
     assert image.read_bytes(VOLUMES + "/v/token") == b"secret"
 
 
@@ -195,13 +197,16 @@ def test_a_mount_point_itself_is_left_and_reported(host, mount):
     assert host.read_bytes(KUBELET + "/config.yaml") == b"x"
     assert len(host.mounts_below(KUBELET)) == 1
     host.remove(KUBELET + "/config.yaml")
-    with pytest.raises(HostFileError, match="cannot remove .*kubelet: Device or resource busy"):
+    with pytest.raises(HostFileError) as err:
         host.remove(KUBELET)  # an empty mount point
+    # the path, and the system's reason
+    assert str(host.path(KUBELET)) in err.value.message and "Device or resource busy" in err.value.message
 
 
 def test_remove_refuses_a_directory_with_content_and_touches_nothing(host, pods):
-    with pytest.raises(HostFileError, match="kubelet is a directory with content: not removed"):
+    with pytest.raises(HostFileError) as err:
         host.remove(KUBELET)
+    assert err.value.code == "directory-not-empty" and str(host.path(KUBELET)) in err.value.message
     assert host.read_bytes(VOLUMES + "/v/token") == b"secret"
     assert host.read_bytes(KUBELET + "/config.yaml") is not None
 
