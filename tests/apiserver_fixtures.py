@@ -1,10 +1,12 @@
 """Callers of the kube-apiserver stand-in (tests/emulator/apiserver.py): a client with a
 bearer token or a client certificate, a bootstrap token minted the contract's way, the
-cluster admin, a CSR and its certificates.k8s.io/v1 object, a node's x509 client. Shared by
-tests/unit/test_emulator_csr.py, test_emulator_node_authorizer.py, test_emulator_kubelet.py
-and tests/integration/test_real_clients.py."""
+cluster admin, a CSR and its certificates.k8s.io/v1 object, a node's x509 client, the clock
+moved past a client certificate's renewal point. Shared by tests/unit/test_emulator_csr.py,
+test_emulator_node_authorizer.py, test_emulator_kubelet.py, tests/integration/test_real_clients.py
+and test_agent_pool.py."""
 
 import base64
+import datetime
 import json
 import ssl
 import tempfile
@@ -98,3 +100,19 @@ def node_client(emu, node, token=None):
     assert status == 201 and created["status"].get("certificate"), created
     cert_pem = base64.b64decode(created["status"]["certificate"])
     return KubeClient(emu, cert=(cert_pem, key_pem)), cert_pem
+
+
+
+def advance_past_renewal(emu, kubelet_status):
+    """Move the emulator's clock to 95 % of the lifetime of the kubelet's client certificate
+    (cert_not_before and cert_not_after of the stand-in's kubelet-status.json): past the
+    latest point a kubelet renews it (90 %: client-go util/certificate/certificate_manager.go
+    nextRotationDeadline), before it expires. Nothing real is waited for: the 5 % left of
+    the lifetime (18 days of a year's certificate) is all a loaded machine needs to be quicker
+    than. Returns the seconds advanced."""
+    start, end = (datetime.datetime.fromisoformat(kubelet_status[key].replace("Z", "+00:00")).timestamp()
+                  for key in ("cert_not_before", "cert_not_after"))
+    seconds = start + 0.95 * (end - start) - emu.admin("GET", "clock")["now"]
+    assert seconds > 0, f"the kubelet's certificate is already past 95 % of its lifetime: {kubelet_status}"
+    emu.advance_clock(seconds)
+    return seconds

@@ -35,6 +35,11 @@ min(spec.expirationSeconds, setting `csr_signing_duration`) (kube-controller-man
 upstream backdates NotBefore by 5 minutes even for short lifetimes; here a lifetime under 8 h is
 not backdated, so that a kubelet's rotation deadline (70-90 % of NotAfter - NotBefore) lies in the
 future when tests use lifetimes of seconds.
+
+Time is the emulator's clock (clock.py), as for everything else in the modelled world: a
+certificate is dated by it, a CSR's timestamps too, and kubeauth judges a client certificate's
+dates by it. A test renews a kubelet's certificate by moving the clock past the renewal
+point (tests/apiserver_fixtures.py advance_past_renewal), never by waiting real seconds.
 """
 
 import base64
@@ -42,13 +47,12 @@ import binascii
 import datetime
 import re
 import secrets
-import time
 import uuid
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.emulator import kubeauth
+from tests.emulator import clock, kubeauth
 from tests.emulator.httpbase import Response
 from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
@@ -241,7 +245,7 @@ def _create(app, cl, user, csrs, req):
     if expiration is not None:
         new_spec["expirationSeconds"] = expiration
     csr = {"apiVersion": GROUP_VERSION, "kind": KIND,
-           "metadata": {"name": name, "uid": str(uuid.uuid4()), "creationTimestamp": iso_seconds(time.time()),
+           "metadata": {"name": name, "uid": str(uuid.uuid4()), "creationTimestamp": iso_seconds(clock.now()),
                         "resourceVersion": app.state.next_resource_version()},
            "spec": new_spec, "status": {},
            "_authenticatedBy": user.kind}  # bookkeeping: `public` strips it from answers
@@ -272,7 +276,7 @@ def _condition(csr, kind):
 
 
 def _add_condition(csr, kind, reason, message):
-    now = iso_seconds(time.time())
+    now = iso_seconds(clock.now())
     csr["status"].setdefault("conditions", []).append(
         {"type": kind, "status": "True", "reason": reason, "message": message,
          "lastUpdateTime": now, "lastTransitionTime": now})
@@ -366,7 +370,7 @@ def _sign(app, csr):
         _add_condition(csr, "Failed", "SignerValidationFailure", problem)
     else:
         lifetime = signing_duration(app.state.settings, spec.get("expirationSeconds"))
-        pem = app.ca.sign_csr(request, lifetime=lifetime,
+        pem = app.ca.sign_csr(request, now=clock.now(), lifetime=lifetime,
                               key_usages={_KEY_USAGES[u] for u in spec["usages"] if u in _KEY_USAGES},
                               extended_usages=[_EXT_USAGES[u] for u in spec["usages"] if u in _EXT_USAGES],
                               backdate=_BACKDATE if lifetime >= _SHORT else datetime.timedelta(0))

@@ -2,7 +2,8 @@
 
 Everything the emulator decides by time reads it here: a token's expiry, a long-running
 operation's end, RBAC's and Entra ID's replication delays, a bootstrap token's TTL,
-ARM's throttling buckets. A test that needs "an hour later" says so
+ARM's throttling buckets, a client certificate's dates (signed and judged by it; the
+apiserver's Date header carries it to the fake kubelet, which renews by it). A test that needs "an hour later" says so
 (`POST /_emulator/clock {"advance": 3600}`, Emulator.advance_clock) instead of sleeping, so
 a loaded machine makes it slower, never red. Within a world the offset only grows, as
 time does for the services modelled; a reset (`POST /_emulator/reset`, a new world) or

@@ -13,6 +13,8 @@ import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.emulator import clock
+
 # Returned by a handler to close the connection without answering (the "drop" fault).
 DROP = object()
 
@@ -26,7 +28,7 @@ def normalize_path(path):
 
 
 class Request:
-    def __init__(self, method, target, headers, body, peer_subject=None):
+    def __init__(self, method, target, headers, body, peer_subject=None, peer_validity=None):
         split = urllib.parse.urlsplit(target)
         self.method = method.upper()
         self.target = target
@@ -42,6 +44,9 @@ class Request:
         self.headers = headers
         self.body = body
         self.peer_subject = peer_subject or {}
+        # The client certificate's (notBefore, notAfter), seconds since the epoch, or None:
+        # judged by kubeauth on the emulator's clock (the handshake does not check dates).
+        self.peer_validity = peer_validity
         self.kind = None  # set by the router: arm, entra, artifacts, admin, himds, apiserver
 
     def q(self, name, default=None):
@@ -111,15 +116,25 @@ class RequestHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
+    def date_time_string(self, timestamp=None):
+        """The Date header: on the apiserver stand-in, the emulator's clock (clock.py), the
+        time the fake kubelet renews its certificate by, as a node whose clock is in sync
+        with its cluster's would. The other listeners keep this machine's time."""
+        if timestamp is None and self.server.kind == "apiserver":
+            timestamp = clock.now()
+        return super().date_time_string(timestamp)
+
     def _dispatch(self):
-        peer = {}
+        peer, validity = {}, None
         if isinstance(self.connection, ssl.SSLSocket):
             cert = self.connection.getpeercert()
             if cert:
                 for rdn in cert.get("subject", ()):
                     for key, value in rdn:
                         peer.setdefault(key, []).append(value)
-        request = Request(self.command, self.path, self.headers, self._read_body(), peer)
+                validity = (ssl.cert_time_to_seconds(cert["notBefore"]),
+                            ssl.cert_time_to_seconds(cert["notAfter"]))
+        request = Request(self.command, self.path, self.headers, self._read_body(), peer, validity)
         response = self.server.app.handle(self.server, request)
         if response is DROP:
             self.close_connection = True

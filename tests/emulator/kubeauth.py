@@ -5,10 +5,14 @@ that recognises the request wins; kubernetes/kubernetes pkg/kubeapiserver/authen
 x509 client certificates before any bearer token):
 
   x509            a client certificate the emulator CA signed (the TLS handshake verified the
-                  chain and the validity period): user = CN, groups = O
+                  chain), valid now by the emulator's clock (clock.py): user = CN, groups = O
                   (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#x509-client-certificates).
-                  O=system:masters is the cluster admin. An expired certificate fails the TLS
-                  handshake here (Python's ssl), where the real server answers 401: either way no access.
+                  O=system:masters is the cluster admin. One outside its validity period is an
+                  error, as in the real server (k8s.io/apiserver pkg/authentication/request/x509/x509.go
+                  AuthenticateRequest: PeerCertificates[0].Verify checks the dates; the TLS layer
+                  only requests the certificate): the bearer token, if any, is tried next
+                  (union.go goes on after an error), and without one the answer is 401
+                  Unauthorized (the anonymous authenticator is behind union.NewFailOnError).
   bootstrap-token Bearer <id>.<secret> matching a record of this cluster in
                   state.data["bootstrap_tokens"] (the emulator's kube-system/bootstrap-token-<id>
                   Secrets): user system:bootstrap:<id>, groups system:bootstrappers + auth_extra_groups
@@ -160,13 +164,19 @@ def unauthorized():
 # -- authentication --------------------------------------------------------------------------
 
 def authenticate(app, cl, req):
-    """The caller as a User, or None for an anonymous request; 401 for a token nobody accepts."""
+    """The caller as a User, or None for an anonymous request; 401 for a token nobody accepts
+    or a client certificate out of its dates with no token besides."""
     subject = req.peer_subject
+    certificate_failed = False
     if subject.get("commonName"):
-        groups = list(subject.get("organizationName", [])) + ["system:authenticated"]
-        return User(subject["commonName"][0], groups, "x509")
+        if _valid_now(req.peer_validity):
+            groups = list(subject.get("organizationName", [])) + ["system:authenticated"]
+            return User(subject["commonName"][0], groups, "x509")
+        certificate_failed = True
     header = req.header("Authorization") or ""
     if not header:
+        if certificate_failed:
+            raise unauthorized()
         return None
     scheme, _, token = header.partition(" ")
     token = token.strip()
@@ -181,6 +191,15 @@ def authenticate(app, cl, req):
     if record and record["expires_on"] > clock.now() and record["audience"] == c.AKS_SERVER_APP_ID:
         return User(record["principal"], ["system:authenticated"], "azure-token", uid=record["principal"])
     raise unauthorized()
+
+
+def _valid_now(validity):
+    """x509.Certificate.Verify's date check (Go crypto/x509 verify.go: "certificate has
+    expired or is not yet valid"), on the emulator's clock: NotBefore <= now <= NotAfter."""
+    if validity is None:
+        return False
+    not_before, not_after = validity
+    return not_before <= clock.now() <= not_after
 
 
 def bootstrap_tokens(state, cl):

@@ -46,11 +46,15 @@ class App:
 
         self.server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.server_tls.load_cert_chain(self.pki["cert"], self.pki["key"])
-        # The apiserver also takes the admin client certificate (optional: most clients send a token).
+        # The apiserver also takes client certificates (optional: many clients send a token).
+        # The handshake checks the chain only; kubeauth judges the dates on the emulator's clock
+        # (the real server's TLS layer only requests the certificate: tls.RequestClientCert in
+        # k8s.io/apiserver pkg/server/secure_serving.go; its x509 authenticator verifies it).
         self.apiserver_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.apiserver_tls.load_cert_chain(self.pki["cert"], self.pki["key"])
         self.apiserver_tls.load_verify_locations(self.pki["ca"])
         self.apiserver_tls.verify_mode = ssl.CERT_OPTIONAL
+        self.apiserver_tls.verify_flags |= tls.NO_CHECK_TIME
 
     # -- listeners -------------------------------------------------------------------------
 

@@ -2,6 +2,13 @@
 
 Generated once per state directory and reused, so a restarted emulator keeps the CA the
 clients already trust (and startup stays fast). EC P-256 keys: quick to generate.
+
+Two clocks. The CA and the server certificate are judged by the clients, on this machine's
+time, and dated by it. Client certificates are judged by the emulator (kubeauth.py) on its
+injectable clock (clock.py): those signed for CSRs are dated by that clock (`sign_csr(now=)`),
+and the apiserver's TLS handshake checks their chain but not their dates (`NO_CHECK_TIME`),
+so that a certificate issued after a test moved the clock, or one the clock moved past,
+reaches kubeauth, which answers 401 for an expired one as the real kube-apiserver does.
 """
 
 import datetime
@@ -21,9 +28,17 @@ SERVER_KEY_FILE = "server-key.pem"
 
 _VALIDITY = datetime.timedelta(days=3650)
 
+# OpenSSL's X509_V_FLAG_NO_CHECK_TIME (include/openssl/x509_vfy.h, 1.1.0 and later): verify a
+# chain without checking its dates. Python's ssl passes unnamed verify flags through.
+NO_CHECK_TIME = 0x200000
 
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+def _now(timestamp=None):
+    """A naive UTC datetime (what cryptography's builder takes): this machine's time, or the
+    given seconds since the epoch (the emulator's clock)."""
+    if timestamp is None:
+        return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).replace(tzinfo=None)
 
 
 def _write_private(path, data):
@@ -68,7 +83,9 @@ class CertificateAuthority:
             x509.AuthorityKeyIdentifier.from_issuer_public_key(self.cert.public_key()), critical=False)
 
     def issue(self, common_name, *, org=None, server_names=(), client=False):
-        """Sign a leaf certificate; returns (cert_pem, key_pem)."""
+        """Sign a leaf certificate valid for ten years from five minutes ago, by this machine's
+        time; returns (cert_pem, key_pem). Good on the emulator's clock too, for a client
+        certificate (the cluster admin's): that clock is never behind this machine's."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = _now()
         builder = (
@@ -95,16 +112,16 @@ class CertificateAuthority:
         cert = builder.sign(self.key, hashes.SHA256())
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
-    def sign_csr(self, csr, *, lifetime, key_usages, extended_usages, backdate=datetime.timedelta(0)):
+    def sign_csr(self, csr, *, now, lifetime, key_usages, extended_usages, backdate=datetime.timedelta(0)):
         """Sign a PKCS#10 request (a cryptography CertificateSigningRequest whose signature the
         caller has checked) as kube-controller-manager's local signer does
         (kubernetes/kubernetes pkg/controller/certificates/authority/authority.go and policies.go,
         PermissiveSigningPolicy): the request's subject and public key, the request's SANs, the
         given usages, not a CA, NotBefore = now - backdate, NotAfter = NotBefore + backdate + lifetime
-        capped at the CA's own NotAfter. `key_usages` are x509.KeyUsage keyword names set to True
-        (digital_signature, key_encipherment); `extended_usages` are ExtendedKeyUsageOIDs.
-        Returns the certificate PEM."""
-        now = _now()
+        capped at the CA's own NotAfter; `now` is seconds since the epoch (the emulator's clock).
+        `key_usages` are x509.KeyUsage keyword names set to True (digital_signature,
+        key_encipherment); `extended_usages` are ExtendedKeyUsageOIDs. Returns the certificate PEM."""
+        now = _now(now)
         not_before = now - backdate
         not_after = min(now + lifetime, self.cert.not_valid_after)
         flags = {name: name in key_usages for name in (

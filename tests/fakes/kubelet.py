@@ -35,7 +35,13 @@ nextRotationDeadline), a new key and CSR (generateName csr-) authenticated by th
 certificate, then the symlink is switched; older files are kept, as the real store keeps them.
 A certificate that expires anyway sends it back to TLS bootstrap (the real kubelet exits and is
 restarted). kubelet-status.json has auth (x509, token, exec), bootstrapped, cert_serial,
-cert_not_after and rotations.
+cert_not_before, cert_not_after, rotation_deadline and rotations.
+
+Its clock is the cluster's: the emulator's (tests/emulator/clock.py), which a test moves instead
+of waiting. The stand-in reads it from the Date header of the apiserver's answers and judges
+its certificate's expiry and rotation deadline, and dates its heartbeats, by it (`now`), as a
+node whose clock is in sync with its cluster's would. How long it waits (the interval, the CSR
+poll, how long the apiserver has been unreachable) stays on this machine's time.
 
 A version listed in $FAKE_KUBELET_FAIL_VERSIONS (comma-separated) exits 1 at start: a
 kubelet upgrade that does not come up (steps/kubelet_upgrade.py switches back).
@@ -47,6 +53,7 @@ kubelet a test forgot to stop does not outlive the emulator.
 
 import base64
 import datetime
+import email.utils
 import hashlib
 import json
 import os
@@ -70,6 +77,30 @@ _stop = False
 
 class KubeletError(Exception):
     pass
+
+
+# -- the node's clock: the cluster's --------------------------------------------------------
+
+_clock_offset = 0.0  # the apiserver's Date minus this machine's time, as last learnt
+
+
+def now():
+    """Seconds since the epoch on this node's clock: this machine's time plus what the
+    apiserver's Date header says the cluster's clock is ahead by."""
+    return time.time() + _clock_offset
+
+
+def learn_time(date):
+    """Set the node's clock from an answer's Date header (RFC 9110 5.6.7, whole seconds). A
+    difference under a second is the header's rounding, not a moved clock: ignored, so that
+    an emulator whose clock nobody moved leaves this one on this machine's time."""
+    global _clock_offset
+    try:
+        offset = email.utils.parsedate_to_datetime(date).timestamp() - time.time()
+    except (TypeError, ValueError):
+        return
+    if abs(offset - _clock_offset) >= 1.0:
+        _clock_offset = offset
 
 
 def state_dir():
@@ -323,9 +354,11 @@ class ApiClient:
         try:
             with self.opener.open(request, timeout=15) as resp:
                 self.contact["at"] = time.time()
+                learn_time(resp.headers.get("Date"))
                 return resp.status, json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as e:
             self.contact["at"] = time.time()
+            learn_time(e.headers.get("Date"))
             if e.code == 401:
                 self.credential.invalidate()  # re-run the plugin for the next request (client-go exec.go)
             try:
@@ -407,7 +440,7 @@ class CertStore:
     def update(self, cert_pem, key_pem):
         real_dir = root_path(self.dir)
         os.makedirs(real_dir, mode=0o755, exist_ok=True)
-        name = f"{PAIR_PREFIX}-{time.strftime('%Y-%m-%d-%H-%M-%S')}.pem"
+        name = f"{PAIR_PREFIX}-{time.strftime('%Y-%m-%d-%H-%M-%S', time.localtime(now()))}.pem"  # node's clock
         _write_private(os.path.join(real_dir, name), cert_pem.rstrip(b"\n") + b"\n" + key_pem)
         updated = os.path.join(real_dir, f"{PAIR_PREFIX}-updated.pem")
         try:
@@ -493,7 +526,7 @@ def kubeconfig_still_valid(path):
             pem = f.read()
         if files[2]:
             os.unlink(files[0])
-        return time.time() < cert_info(pem)["not_after"]
+        return now() < cert_info(pem)["not_after"]
     except (KubeletError, OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -509,7 +542,7 @@ def bootstrap(opts, node_name, client_for, status):
     valid = False
     if current:
         try:
-            valid = time.time() < cert_info(current)["not_after"]
+            valid = now() < cert_info(current)["not_after"]
         except KubeletError:
             valid = False
     if valid:
@@ -594,7 +627,7 @@ def rotation_enabled(opts):
 
 
 def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _iso(now())
 
 
 def _read_first_line(path, default):
@@ -691,7 +724,8 @@ def connect(opts, name, status, contact, rotate_on):
         finally:
             if files[2]:
                 os.unlink(files[0])
-        status.update(cert_serial=info["serial"], cert_not_after=_iso(info["not_after"]))
+        status.update(cert_serial=info["serial"], cert_not_before=_iso(info["not_before"]),
+                      cert_not_after=_iso(info["not_after"]))
     status.update(auth=credential.kind(), server=server)
     return ApiClient(server, ctx, credential, contact), info
 
@@ -704,8 +738,8 @@ def run(opts):
     kubeconfig_path = opts.get("kubeconfig")
     status = {"pid": os.getpid(), "node": name, "registered": False, "heartbeats": 0, "plugin_runs": 0,
               "last_status": None, "last_error": None, "version": VERSION, "auth": None,
-              "bootstrapped": False, "rotations": 0, "cert_serial": None, "cert_not_after": None,
-              "rotation_deadline": None}
+              "bootstrapped": False, "rotations": 0, "cert_serial": None, "cert_not_before": None,
+              "cert_not_after": None, "rotation_deadline": None}
     client, registered, cert, deadline, rotate_on = None, False, None, None, None
     log(f"starting: node {name}, kubeconfig {kubeconfig_path}"
         + (f", bootstrap kubeconfig {opts['bootstrap-kubeconfig']}" if opts.get("bootstrap-kubeconfig") else ""))
@@ -718,7 +752,7 @@ def run(opts):
                 raise KubeletError("no --kubeconfig given")
             if rotate_on is None:
                 rotate_on = rotation_enabled(opts)
-            if client is not None and cert and time.time() >= cert["not_after"]:
+            if client is not None and cert and now() >= cert["not_after"]:
                 log("the client certificate has expired")  # the real kubelet exits and is restarted
                 client = None
             if client is None:
@@ -745,7 +779,7 @@ def run(opts):
                     status["last_error"] = None
                 else:
                     raise KubeletError(f"error updating node status: HTTP {code}: {(body or {}).get('message')}")
-            if deadline is not None and time.time() >= deadline:
+            if deadline is not None and now() >= deadline:
                 log("rotating the client certificate")
                 issued = rotate(client, CertStore(opts.get("cert-dir") or DEFAULT_CERT_DIR), name)
                 status["rotations"] += 1
@@ -770,9 +804,11 @@ def run(opts):
         # (certificate_manager.go): waking only every `interval` could sleep through the
         # whole window between the deadline and the certificate's expiry when it is short.
         # (A deadline already past, a rotation that failed, waits the interval as before.)
+        # The deadline is on the node's clock, the wait on this machine's: a test that moves
+        # the clock past the deadline is seen at the next wake, after the next answer's Date.
         wake = time.time() + interval
-        if deadline is not None and client is not None and time.time() < deadline:
-            wake = min(wake, deadline)
+        if deadline is not None and client is not None and now() < deadline:
+            wake = min(wake, time.time() + deadline - now())
         while not _stop and time.time() < wake:
             time.sleep(0.05)
     log("stopping")

@@ -4,6 +4,8 @@ tests/apiserver_fixtures.py."""
 
 import base64
 import datetime
+import email.utils
+import time
 
 import pytest
 from cryptography import x509
@@ -202,6 +204,43 @@ def test_signing_duration_setting_and_expiration_seconds(fresh_emulator, boot):
     status, created = client("POST", CSRS, csr_object(make_csr()[0], expirationSeconds=3600))
     cert = x509.load_pem_x509_certificate(base64.b64decode(created["status"]["certificate"]))
     assert abs((cert.not_valid_after - cert.not_valid_before).total_seconds() - 6) <= 1
+
+
+def _epoch(naive_utc):
+    return naive_utc.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def test_client_certificates_are_dated_and_judged_by_the_emulators_clock(fresh_emulator):
+    """Signed at the emulator's time and judged by it: a certificate signed after the clock
+    moved (not yet valid by this machine's clock) passes the TLS handshake and authenticates;
+    once the clock passes its NotAfter the apiserver answers 401, as the real kube-apiserver's
+    x509 authenticator does, and a bearer token sent with it is tried next (union.go)."""
+    emu = fresh_emulator
+    emu.settings(csr_signing_duration=3600.0)
+    emu.advance_clock(86400)
+    boot = KubeClient(emu, token=bootstrap_token(emu))
+    csr_pem, key_pem = make_csr("system:node:n1")
+    status, created = boot("POST", CSRS, csr_object(csr_pem))
+    assert status == 201, created
+    cert_pem = base64.b64decode(created["status"]["certificate"])
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    world = emu.admin("GET", "clock")["now"]
+    assert _epoch(cert.not_valid_before) > time.time() + 3600  # this machine's clock: not yet valid
+    assert world - 600 <= _epoch(cert.not_valid_before) <= world  # the emulator's: signed just now
+    # The apiserver's Date header is the emulator's clock (the fake kubelet renews by it).
+    _, headers, _ = emu.http("GET", f"{emu.apiserver}/readyz")
+    assert abs(email.utils.parsedate_to_datetime(headers["Date"]).timestamp() - world) < 600
+
+    node = KubeClient(emu, cert=(cert_pem, key_pem))
+    status, body = node("GET", "/api/v1/nodes/n1")
+    assert (status, body["reason"]) == (404, "NotFound"), body  # authenticated as the node: no such Node yet
+    emu.advance_clock(3601)  # past NotAfter
+    status, body = node("GET", "/api/v1/nodes/n1")
+    assert (status, body["reason"], body["message"]) == (401, "Unauthorized", "Unauthorized"), body
+    # The expired certificate with the cluster admin's token: the token authenticates.
+    admin_token = admin_client(emu).token
+    both = KubeClient(emu, token=admin_token, cert=(cert_pem, key_pem))
+    assert both("GET", "/api/v1/nodes/n1")[0] == 404
 
 
 def test_a_node_renews_its_own_certificate_but_not_another_nodes(fresh_emulator):
