@@ -262,10 +262,10 @@ def wait_for_outcome(host, timeout, poll=0.5):
             break
         if time.monotonic() >= deadline:
             if not is_pending(host):
-                raise TemporaryError(f"no run completed within {timeout:.0f} s")
+                raise TemporaryError(f"no run completed within {timeout:.0f} s", code="no-outcome")
             last_error = (status.get("error") or {}).get("message")
             raise TemporaryError(f"the join is still pending after {timeout:.0f} s"
                                  + (f"; the last attempt: {last_error}" if last_error else
-                                    "; an attempt is running"))
+                                    "; an attempt is running"), code="join-pending")
         time.sleep(poll)
     return last_status(host)

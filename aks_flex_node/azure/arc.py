@@ -93,10 +93,12 @@ def wait_for_identity(clients, subscription_id, resource_group, name, timeout=ID
     """
     from aks_flex_node.polling import poll
 
+    _NO_MACHINE = "no Arc machine resource"
+
     def probe():
         machine = get_machine(clients, subscription_id, resource_group, name)
         if machine is None:
-            return False, "no Arc machine resource"
+            return False, _NO_MACHINE
         if machine.principal_id:
             return True, machine
         return False, f"machine {machine.id} with status {machine.status}, no identity principalId yet"
@@ -105,6 +107,7 @@ def wait_for_identity(clients, subscription_id, resource_group, name, timeout=ID
         return TemporaryError(
             f"Arc machine {resource_group}/{name} has no managed identity after {timeout:g}s; last seen: {last_seen}",
             remedy="check `azcmagent show` and the machine in the Azure portal, then run bootstrap again",
+            code="arc-machine-absent" if last_seen == _NO_MACHINE else "no-identity",
         )
 
     return poll(probe, timeout=timeout, delay=first_delay, max_delay=max_delay, give_up=give_up,

@@ -354,6 +354,7 @@ def translate(err, action):
             return AuthError(
                 f"{action}: permission denied ({code or 403}): {message}",
                 remedy="grant the operator identity the role this needs (docs/roles.md)",
+                code="forbidden",
             )
         if status in (408, 429) or (status or 0) >= 500:
             return TemporaryError(f"{action}: Azure answered {status} ({code}): {message}")

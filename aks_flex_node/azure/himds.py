@@ -104,6 +104,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         raise HimdsError(
             f"HIMDS at {req.full_url.split('?')[0]} redirected to {newurl.split('?')[0]}",
             remedy="check himds_endpoint in the configuration: it must name the local HIMDS",
+            code="himds-redirect",
         )
 
 
@@ -163,7 +164,8 @@ def _realm_path(www_authenticate):
     if not sep or scheme_and_realm.strip().lower() != "basic realm":
         raise HimdsError(
             f"HIMDS challenge header WWW-Authenticate = {www_authenticate!r}: "
-            "expected 'Basic realm=<path of a .key file>'"
+            "expected 'Basic realm=<path of a .key file>'",
+            code="bad-challenge",
         )
     return value.strip().strip('"')
 
@@ -206,23 +208,26 @@ def read_challenge_key(realm, key_dir, root=None):
     if not inside:
         raise HimdsError(
             f"HIMDS challenge key {realm!r} resolves to {candidates[-1]!r}: "
-            f"expected a file directly inside the agent key directory {real_dir!r}"
+            f"expected a file directly inside the agent key directory {real_dir!r}",
+            code="key-outside-key-dir",
         )
     real = inside[0]
     if not real.endswith(KEY_SUFFIX):
-        raise HimdsError(f"HIMDS challenge key {realm!r}: expected a file name ending in {KEY_SUFFIX!r}")
+        raise HimdsError(f"HIMDS challenge key {realm!r}: expected a file name ending in {KEY_SUFFIX!r}",
+                         code="key-not-a-key-file")
     try:
         # Not followed on the resolved path: a symlink swapped in after realpath() fails here.
         data = careful_read.read(real, MAX_KEY_BYTES)
     except careful_read.Unsafe as unsafe:
         if unsafe.errno is not None:
             raise HimdsError(f"cannot read HIMDS challenge key {real!r}: {unsafe.why}",
-                             remedy="run as root or as a member of the himds group") from None
-        raise HimdsError(f"HIMDS challenge key {real!r}: {unsafe.why}") from None
+                             remedy="run as root or as a member of the himds group",
+                             code=f"key-{unsafe.code}") from None
+        raise HimdsError(f"HIMDS challenge key {real!r}: {unsafe.why}", code=f"key-{unsafe.code}") from None
     try:
         return data.decode("ascii").strip()
     except UnicodeDecodeError:
-        raise HimdsError(f"HIMDS challenge key {real!r}: expected ASCII text") from None
+        raise HimdsError(f"HIMDS challenge key {real!r}: expected ASCII text", code="key-not-ascii") from None
 
 
 def _error_detail(body):
@@ -252,7 +257,7 @@ def parse_token(body, now=None):
         elif payload.get("expires_in") not in (None, ""):
             expires_on = now + int(float(payload["expires_in"]))
         else:
-            raise HimdsError("HIMDS answered 200 without expires_on or expires_in")
+            raise HimdsError("HIMDS answered 200 without expires_on or expires_in", code="token-without-expiry")
     except (TypeError, ValueError):
         raise HimdsError(
             f"HIMDS token expiry expires_on = {payload.get('expires_on')!r}, "
@@ -340,10 +345,12 @@ def get_token(
                         f"HIMDS at {where} answered {status} to the first request: expected 401 "
                         f"with a Basic realm challenge ({_error_detail(body)})",
                         remedy="check that himds_endpoint names the Azure Arc HIMDS, not an Azure VM's IMDS",
+                        code="no-challenge",
                     )
                 raise HimdsError(
                     f"HIMDS at {where} refused the token request with {status}: {_error_detail(body)}",
                     remedy="check `azcmagent show`: the machine must be Connected",
+                    code="token-refused",
                 )
             detail = _error_detail(body)
             failure = HimdsBusy(
@@ -359,4 +366,5 @@ def get_token(
     raise type(failure)(
         f"{failure.message} (gave up after {attempt} attempt(s) in {clock() - started:.1f} s)",
         remedy=failure.remedy,
+        code=failure.code,
     ) from None

@@ -92,6 +92,7 @@ def _forbidden(scope, action):
         f"the operator identity may not perform {action} on {scope}",
         remedy="run as an identity with Owner or User Access Administrator (or Role Based Access "
         "Control Administrator) on the cluster, or have one pre-create the role assignments (docs/roles.md)",
+        code="forbidden",
     )
 
 
@@ -143,6 +144,7 @@ def ensure_assignment(clients, scope, role_guid, principal_id, *, principal_wait
                 raise TemporaryError(
                     f"{action}: the principal is still unknown to Entra ID after {principal_wait:g}s: {err}",
                     remedy="a new managed identity can take minutes to replicate; run bootstrap again later",
+                    code="principal-unknown",
                 ) from None
             sleep(min(delay, remaining))
             delay = min(delay * 2, 15.0)

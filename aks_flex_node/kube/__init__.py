@@ -145,10 +145,12 @@ class KubeClient:
                     f"{reason.verify_message}",
                     remedy="the CA comes from listClusterUserCredential or the pool's bootstrap data; check https_proxy (a TLS-intercepting "
                     "proxy) and that server and CA belong to the same cluster",
+                    code="apiserver-tls-untrusted",
                 ) from None
             raise TemporaryError(
                 f"cannot reach the apiserver at {self.server}: {reason}",
                 remedy="check the network path (and https_proxy/no_proxy) from this machine to the cluster",
+                code="apiserver-unreachable",
             ) from None
         try:
             payload = json.loads(body) if body else None

@@ -90,13 +90,18 @@ def test_wait_for_identity_is_bounded_and_says_what_it_saw(fresh_emulator, azure
     fresh_emulator.settings(arc_identity_delay=3600)
     put_machine(fresh_emulator, "m1")
     clock = WorldClock(fresh_emulator)
-    with pytest.raises(TemporaryError, match="no managed identity after 30s; last seen: machine .*m1 with status"):
+    with pytest.raises(TemporaryError) as caught:
         arc.wait_for_identity(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "m1", timeout=30,
                               clock=clock, sleep=clock.sleep)
+    # the machine, how long it waited, and the machine as last seen (its resource ID)
+    assert caught.value.code == "no-identity"
+    assert f"{C.ARC_RG}/m1" in caught.value.message and "30s" in caught.value.message
+    assert "/machines/m1" in caught.value.message
     assert sum(clock.sleeps) == 30  # up to the deadline, not past it
 
 
 def test_wait_for_identity_of_a_machine_that_never_appears(azure_clients):
-    with pytest.raises(TemporaryError, match="last seen: no Arc machine resource"):
+    with pytest.raises(TemporaryError) as caught:
         arc.wait_for_identity(azure_clients, C.SUBSCRIPTION_ID, C.ARC_RG, "ghost", timeout=0.2, first_delay=0.1)
+    assert caught.value.code == "arc-machine-absent" and f"{C.ARC_RG}/ghost" in caught.value.message
 

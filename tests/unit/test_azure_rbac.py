@@ -121,16 +121,19 @@ def test_principal_not_found_gives_up_within_its_bound(fresh_emulator, azure_cli
         "match": {"method": "PUT", "path_regex": "roleAssignments"},
         "respond": {"status": 400, "body": {"error": {"code": "PrincipalNotFound", "message": "Principal x does not exist"}}},
     }])
-    with pytest.raises(TemporaryError, match="still unknown to Entra ID after 0.3s"):
+    with pytest.raises(TemporaryError) as caught:
         rbac.ensure_assignment(azure_clients, SCOPE, C.ROLE_READER, principal, principal_wait=0.3)
+    assert caught.value.code == "principal-unknown" and "0.3s" in caught.value.message  # how long it waited
 
 
 def test_forbidden_names_the_action_and_the_roles_needed(fresh_emulator, reader_clients, principal):
     with pytest.raises(AuthError) as caught:
         rbac.ensure_assignment(reader_clients, SCOPE, C.ROLE_READER, principal)
     err = caught.value
+    assert err.code == "forbidden"
     assert "Microsoft.Authorization/roleAssignments/write" in err.message and SCOPE in err.message
-    assert "Owner or User Access Administrator" in err.remedy
+    # the Azure roles that may do it, by their names
+    assert "Owner" in err.remedy and "User Access Administrator" in err.remedy
     assert [r["status"] for r in role_puts(fresh_emulator)] == [403]
 
 
@@ -158,16 +161,16 @@ def test_delete_assignment_present_then_absent(fresh_emulator, azure_clients, pr
 
 
 def test_bad_inputs_name_the_field(azure_clients):
-    with pytest.raises(ValueError, match="principal_id = 'bob': expected a GUID"):
+    with pytest.raises(ValueError, match="principal_id = 'bob'"):
         rbac.ensure_assignment(azure_clients, SCOPE, C.ROLE_READER, "bob")
-    with pytest.raises(ValueError, match="scope = '/providers/x': expected a resource ID starting with /subscriptions/"):
+    with pytest.raises(ValueError, match="scope = '/providers/x'.*/subscriptions/"):  # and the form expected
         rbac.ensure_assignment(azure_clients, "/providers/x", C.ROLE_READER, str(uuid.uuid4()))
 
 
 def test_presets_are_data():
     assert [r.guid for r in roles.preset("legacy")] == [C.ROLE_READER, C.ROLE_AKS_RBAC_CLUSTER_ADMIN, C.ROLE_AKS_CLUSTER_ADMIN]
     assert {r.scope for p in roles.PRESETS.values() for r in p} == {roles.CLUSTER_SCOPE}
-    with pytest.raises(ValueError, match=r"^role preset = 'admin': expected one of legacy$"):
+    with pytest.raises(ValueError, match=r"^role preset = 'admin'.*\blegacy$"):  # the value, the one known
         roles.preset("admin")
 
 
@@ -178,5 +181,6 @@ def test_the_minimal_preset_is_gone_and_points_at_agent_pool_mode():
     assert C.ROLE_AKS_FLEX_NODE_AGENT not in {r.guid for p in roles.PRESETS.values() for r in p}
     with pytest.raises(ValueError) as err:
         roles.preset("minimal")
-    assert str(err.value) == ("role preset = 'minimal': expected one of legacy; for least privilege "
-                              "use join_mode = agent-pool (docs/roles.md)")
+    # the value, the presets there are, and the setting and document to turn to instead
+    assert str(err.value).startswith("role preset = 'minimal'") and "legacy" in str(err.value)
+    assert "join_mode = agent-pool" in str(err.value) and "docs/roles.md" in str(err.value)

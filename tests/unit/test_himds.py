@@ -2,6 +2,7 @@
 tests/himds_fixtures.py)."""
 
 import json
+import os
 import time
 
 import pytest
@@ -48,8 +49,11 @@ def test_realm_outside_key_dir_is_refused_and_key_not_sent(key_dir, tmp_path):
     secret = tmp_path / "elsewhere.key"
     secret.write_text("not-for-himds")
     with HimdsStandIn(str(key_dir), realm=str(secret)) as standin:
-        with pytest.raises(himds.HimdsError, match="expected a file directly inside the agent key directory"):
+        with pytest.raises(himds.HimdsError) as caught:
             himds.get_token(standin.endpoint, "r", str(key_dir))
+    # the realm HIMDS named, and the key directory it must lie in
+    assert caught.value.code == "key-outside-key-dir"
+    assert repr(str(secret)) in caught.value.message and repr(os.path.realpath(key_dir)) in caught.value.message
     assert len(standin.requests) == 1  # nothing was sent back
 
 
@@ -58,8 +62,9 @@ def test_symlink_escape_is_refused(key_dir, tmp_path):
     target.write_text("root:hash")
     (key_dir / "evil.key").symlink_to(target)
     with HimdsStandIn(str(key_dir), realm=str(key_dir / "evil.key")) as standin:
-        with pytest.raises(himds.HimdsError, match="resolves to"):
+        with pytest.raises(himds.HimdsError) as caught:
             himds.get_token(standin.endpoint, "r", str(key_dir))
+    assert caught.value.code == "key-outside-key-dir" and repr(str(target)) in caught.value.message  # where it leads
     assert len(standin.requests) == 1
 
 
@@ -67,14 +72,18 @@ def test_dotdot_escape_is_refused(key_dir, tmp_path):
     (tmp_path / "var/opt/azcmagent/other.key").write_text("x")
     realm = str(key_dir) + "/../other.key"
     with HimdsStandIn(str(key_dir), realm=realm) as standin:
-        with pytest.raises(himds.HimdsError, match="directly inside"):
+        with pytest.raises(himds.HimdsError) as caught:
             himds.get_token(standin.endpoint, "r", str(key_dir))
+    assert caught.value.code == "key-outside-key-dir" and repr(realm) in caught.value.message
 
 
 def test_oversized_key_is_refused(key_dir):
     with HimdsStandIn(str(key_dir), key="k" * 4097) as standin:
-        with pytest.raises(himds.HimdsError, match="4097 bytes: expected at most 4096"):
+        with pytest.raises(himds.HimdsError) as caught:
             himds.get_token(standin.endpoint, "r", str(key_dir))
+    # the size found and the limit
+    assert caught.value.code == "key-too-large"
+    assert "4097" in caught.value.message and "4096" in caught.value.message
     assert len(standin.requests) == 1
 
 
@@ -86,8 +95,11 @@ def test_key_of_exactly_4096_bytes_is_accepted(key_dir):
 def test_key_without_key_suffix_is_refused(key_dir):
     (key_dir / "challenge.txt").write_text("x")
     with HimdsStandIn(str(key_dir), realm=str(key_dir / "challenge.txt")) as standin:
-        with pytest.raises(himds.HimdsError, match="ending in '.key'"):
+        with pytest.raises(himds.HimdsError) as caught:
             himds.get_token(standin.endpoint, "r", str(key_dir))
+    # the realm and the suffix it lacks
+    assert caught.value.code == "key-not-a-key-file"
+    assert "challenge.txt" in caught.value.message and repr(himds.KEY_SUFFIX) in caught.value.message
 
 
 def test_directory_named_key_is_refused(key_dir):
@@ -106,8 +118,11 @@ def test_realm_is_looked_up_under_root(tmp_path, key_dir):
 
 def test_first_answer_not_401_is_an_error(key_dir):
     with HimdsStandIn(str(key_dir), first_status=200) as standin:
-        with pytest.raises(himds.HimdsError, match="answered 200 to the first request: expected 401"):
+        with pytest.raises(himds.HimdsError) as caught:
             himds.get_token(standin.endpoint, "r", str(key_dir))
+    # where it asked and the status it got
+    assert caught.value.code == "no-challenge"
+    assert standin.endpoint.split("?")[0] in caught.value.message and "200" in caught.value.message
 
 
 def test_malformed_challenge_header(key_dir):
@@ -116,14 +131,18 @@ def test_malformed_challenge_header(key_dir):
         # An empty realm still has the "Basic realm=" prefix: it must fail on the path.
         with pytest.raises(himds.HimdsError):
             himds.get_token(standin.endpoint, "r", str(key_dir))
-    with pytest.raises(himds.HimdsError, match="expected 'Basic realm=<path of a .key file>'"):
+    with pytest.raises(himds.HimdsError) as caught:
         himds._realm_path("Bearer authorization_uri=x")
+    # the header and the value refused
+    assert caught.value.code == "bad-challenge"
+    assert "WWW-Authenticate = 'Bearer authorization_uri=x'" in caught.value.message
 
 
 def test_token_without_expiry_is_an_error(key_dir):
     with HimdsStandIn(str(key_dir), body={"access_token": "t"}) as standin:
-        with pytest.raises(himds.HimdsError, match="without expires_on or expires_in"):
+        with pytest.raises(himds.HimdsError) as caught:
             himds.get_token(standin.endpoint, "r", str(key_dir))
+    assert caught.value.code == "token-without-expiry"
 
 
 def test_garbage_expiry_names_the_field():
@@ -134,8 +153,9 @@ def test_garbage_expiry_names_the_field():
 def test_connection_refused_is_temporary(key_dir):
     with HimdsStandIn(str(key_dir)) as standin:
         endpoint = standin.endpoint
-    with pytest.raises(himds.HimdsUnavailable, match="cannot reach HIMDS") as caught:
+    with pytest.raises(himds.HimdsUnavailable) as caught:
         himds.get_token(endpoint, "r", str(key_dir), timeout=2)
+    assert endpoint.split("?")[0] in caught.value.message  # where it asked
     assert caught.value.exit_code == ExitCode.TEMPFAIL
     assert "himdsd" in caught.value.remedy
 

@@ -237,9 +237,10 @@ def test_wrong_ca_is_refused_not_retried(apiserver, tmp_path):
     other.mkdir()
     other_ca, _, _ = make_ca_and_server_cert(other)
     c = kube.KubeClient(apiserver.url, other_ca, lambda: "good", timeout=5)
-    with pytest.raises(kube.KubeError, match="certificate the cluster CA does not verify") as caught:
+    with pytest.raises(kube.KubeError) as caught:
         c.get_node("n1")
     assert not isinstance(caught.value, TemporaryError)
+    assert caught.value.code == "apiserver-tls-untrusted" and apiserver.url in caught.value.message
 
 
 def test_a_cluster_ca_without_key_identifiers_is_trusted_on_every_python(tmp_path):
@@ -260,14 +261,15 @@ def test_a_cluster_ca_without_key_identifiers_is_trusted_on_every_python(tmp_pat
 def test_nothing_listening_is_temporary(apiserver):
     url = apiserver.url
     apiserver.close()
-    with pytest.raises(TemporaryError, match="cannot reach the apiserver"):
+    with pytest.raises(TemporaryError) as caught:
         kube.KubeClient(url, apiserver.ca_pem, lambda: "good", timeout=5).get_node("n1")
+    assert caught.value.code == "apiserver-unreachable" and url in caught.value.message
 
 
 def test_bad_inputs_name_the_field(apiserver):
-    with pytest.raises(kube.KubeError, match="server = 'http://x': expected an https:// URL"):
+    with pytest.raises(kube.KubeError, match="server = 'http://x'"):
         kube.KubeClient("http://x", apiserver.ca_pem, lambda: "t")
-    with pytest.raises(kube.KubeError, match="certificate-authority-data: expected PEM"):
+    with pytest.raises(kube.KubeError, match="certificate-authority-data"):
         kube.KubeClient(apiserver.url, b"not a cert", lambda: "t")
     with pytest.raises(kube.KubeError, match="node name = 'a/b'"):
         client(apiserver).get_node("a/b")
@@ -287,8 +289,9 @@ def test_the_run_policy_decides_the_proxy_for_the_apiserver(apiserver, monkeypat
     apiserver.add_node("n1", ready=True)
     proxied = kube.KubeClient(apiserver.url, apiserver.ca_pem, lambda: "good", timeout=5,
                               policy=HttpPolicy(https_proxy=dead))
-    with pytest.raises(TemporaryError, match="cannot reach the apiserver"):
+    with pytest.raises(TemporaryError) as caught:
         proxied.get_node("n1")
+    assert caught.value.code == "apiserver-unreachable"
     monkeypatch.setenv("https_proxy", dead)
     monkeypatch.setenv("HTTPS_PROXY", dead)
     monkeypatch.delenv("no_proxy", raising=False)

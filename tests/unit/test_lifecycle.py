@@ -30,8 +30,9 @@ def test_a_leave_goes_on_past_a_pending_mark_it_cannot_remove(tmp_path, caplog):
     (mark / "keep").write_text("x")
     with caplog.at_level("WARNING", logger="aks_flex_node"):
         assert lifecycle.leave(Host(tmp_path)) is None  # not joined: nothing to undo
-    assert "the pending join is not cancelled" in caplog.text
-    assert "/var/lib/aks-flex-node/join-pending" in caplog.text
+    # a warning naming the mark, with what kept it there
+    assert any(r.levelname == "WARNING" and "/var/lib/aks-flex-node/join-pending" in r.getMessage()
+               and str(mark) in r.getMessage() for r in caplog.records)
     assert (mark / "keep").read_text() == "x"
 
 
@@ -42,7 +43,8 @@ def test_a_leave_names_the_cluster_or_lists_what_is_left():
     assert out.getvalue() == "aks-flex-node: node node-1 left aks-one\n"
     out = io.StringIO()
     lifecycle.report_leave((UndoResult([], [Leftover("/var/lib/kubelet", "still mounted")], []), summary), out)
-    assert "leftovers to clean up by hand" in out.getvalue() and "/var/lib/kubelet: still mounted" in out.getvalue()
+    # each leftover named, and no claim that the node left cleanly
+    assert "/var/lib/kubelet: still mounted" in out.getvalue() and "aks-one" not in out.getvalue()
 
 
 def test_a_failed_join_in_fail_install_mode_clears_the_mark_and_fails(tmp_path):
@@ -51,14 +53,16 @@ def test_a_failed_join_in_fail_install_mode_clears_the_mark_and_fails(tmp_path):
     out = io.StringIO()
     code = lifecycle.report_join(host, TemporaryError("ARM is down", remedy="wait"), lifecycle.FAIL, out)
     assert code == ExitCode.TEMPFAIL and not lifecycle.is_pending(host)
-    assert "the join failed: ARM is down" in out.getvalue() and "what to do: wait" in out.getvalue()
+    assert "ARM is down" in out.getvalue() and "wait" in out.getvalue()  # the error and its remedy
 
 
 def test_waiting_for_an_outcome_that_never_comes_says_why(tmp_path):
     host = Host(tmp_path)
-    with pytest.raises(TemporaryError, match="no run completed within 0 s"):
+    with pytest.raises(TemporaryError) as caught:
         lifecycle.wait_for_outcome(host, 0.01, poll=0.005)
+    assert caught.value.code == "no-outcome" and "0 s" in caught.value.message  # the time waited
     lifecycle.mark_pending(host)
-    with pytest.raises(TemporaryError, match="the join is still pending"):
+    with pytest.raises(TemporaryError) as caught:
         lifecycle.wait_for_outcome(host, 0.01, poll=0.005)
+    assert caught.value.code == "join-pending" and caught.value.exit_code == ExitCode.TEMPFAIL
     assert lifecycle.last_status(host)["state"] == "unjoined"
