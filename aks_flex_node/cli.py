@@ -71,7 +71,8 @@ def _print_json(doc):
 
 
 def cmd_bootstrap(args):
-    from aks_flex_node import operations, preflight
+    from aks_flex_node import operations
+    from aks_flex_node.steps.preflight import checks as preflight
 
     ignored = preflight.parse_ignored(args.ignore_preflight_errors)
     cfg = load_config(args)
@@ -143,7 +144,7 @@ def cmd_status(args):
 
 
 def cmd_preflight(args):
-    from aks_flex_node import preflight
+    from aks_flex_node.steps.preflight import checks as preflight
     from aks_flex_node.steps.kinds import open_ledger
     from aks_flex_node.steps.context import JoinContext
 
@@ -216,7 +217,8 @@ def cmd_config(args):
 
 
 def cmd_upgrade(args):
-    from aks_flex_node import operations, upgrade
+    from aks_flex_node import operations
+    from aks_flex_node.commands import upgrade
 
     cfg = load_config(args)
     host = _make_host(args)

@@ -12,12 +12,21 @@ digits only: \\d would take other scripts' digits. Order is SemVer's: a pre-rele
 before its release (1.31.0-rc.1 < 1.31.0), pre-release identifiers compare numerically when
 both are numbers, else as text; build metadata is ignored.
 
+The kubelet's version-skew policy is here too (kubernetes.io/releases/version-skew-policy/#kubelet):
+the kubelet must not be newer than kube-apiserver, and may be up to three minor versions older
+(two before kube-apiserver 1.25). Minor versions are what the policy speaks of: a patch release
+of the API server's minor is allowed whatever its patch number. `aks-flex-node upgrade`
+(commands/upgrade.py) plans with it and the kubelet-upgrade phase (steps/kubelet_upgrade.py)
+checks it again before it switches.
+
 Standard library only and cheap to import: `token` and `version` must not pay for the SDK.
 """
 
 import functools
 import re
 from dataclasses import dataclass
+
+from aks_flex_node.errors import PreflightError, UsageError
 
 _FORM = re.compile(r"v?([0-9]{1,4})\.([0-9]{1,4})(?:\.([0-9]{1,4}))?"
                    r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?", re.ASCII)
@@ -80,3 +89,55 @@ class KubeVersion:
         if not isinstance(other, KubeVersion):
             return NotImplemented
         return self._key() < other._key()
+
+
+class SkewError(PreflightError):
+    """The version asked for breaks the version-skew policy: nothing was changed."""
+
+    code = "version-skew"
+
+
+def parse_version(text, what):
+    """A KubeVersion ("1.31.2", "v1.31.2", a gitVersion with a suffix); UsageError naming
+    `what` otherwise."""
+    try:
+        return KubeVersion.parse(text)
+    except VersionError as err:
+        raise UsageError(f"{what} = {err}") from None
+
+
+def oldest_kubelet_minor(apiserver):
+    """How many minors older than the API server a kubelet may be: three from kube-apiserver
+    1.25 on (KEP-3935), two before."""
+    return 3 if apiserver.minor_line >= (1, 25) else 2
+
+
+def skew_problem(kubelet, apiserver):
+    """Why a kubelet at `kubelet` may not run against `apiserver`, or None when it may."""
+    if kubelet.major != apiserver.major:
+        return (f"kubelet {kubelet} and kube-apiserver {apiserver} differ in their major version; "
+                "the version-skew policy covers one major version")
+    if kubelet.minor > apiserver.minor:
+        return (f"kubelet {kubelet} would be newer than kube-apiserver {apiserver}: the version-skew "
+                "policy forbids a kubelet newer than kube-apiserver")
+    allowed = oldest_kubelet_minor(apiserver)
+    if apiserver.minor - kubelet.minor > allowed:
+        return (f"kubelet {kubelet} would be {apiserver.minor - kubelet.minor} minor versions older than "
+                f"kube-apiserver {apiserver}: the version-skew policy allows at most {allowed}")
+    return None
+
+
+def check_target(current, target, apiserver):
+    """Raise SkewError when moving the kubelet from `current` to `target` is not allowed
+    against `apiserver`; return True when there is something to do, False when the kubelet
+    is already at `target`."""
+    problem = skew_problem(target, apiserver)
+    if problem:
+        raise SkewError(f"refusing to upgrade the kubelet from {current} to {target}: {problem}",
+                        remedy="upgrade the cluster's control plane first, or choose a version the policy "
+                        "allows (kubernetes.io/releases/version-skew-policy/#kubelet)")
+    if target.minor_line < current.minor_line:
+        raise SkewError(f"refusing to move the kubelet from {current} down to {target}: downgrading a kubelet "
+                        "to an older minor version is not supported",
+                        remedy=f"choose a version of minor {current.major}.{current.minor} or newer")
+    return (target.minor_line, target.patch) != (current.minor_line, current.patch)

@@ -11,11 +11,14 @@ import os
 import shutil
 import sys
 import threading
+import time
 
 from aks_flex_node import config, operations, paths
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.lock import writing_state
-from aks_flex_node.errors import ExitCode, FlexNodeError
+from aks_flex_node.engine.status import INTERRUPTED, PENDING, RUNNING, StatusFile
+from aks_flex_node.errors import ExitCode, FlexNodeError, TemporaryError
+from aks_flex_node.host import HOST_BIN_ENV
 from aks_flex_node.steps.kinds import open_ledger
 
 log = logging.getLogger(__name__)
@@ -61,16 +64,15 @@ def joined(host):
 
 def live_system_blocker(host):
     """Why no join can run on this system now (image build, chroot, no systemd), or None."""
-    from aks_flex_node.host import HOST_BIN_ENV
 
     if not host.is_live:
         if os.environ.get(HOST_BIN_ENV):
             return None  # tests: stand-ins for the live-system commands
         return f"the package is being installed into {host.root} (DPKG_ROOT), not on a running system"
-    result = host.run(["ischroot"], ok_codes=(0, 1, 2)) if shutil.which("ischroot") else None
+    result = host.run(["ischroot"], ok_codes=(0, 1, 2)) if host.which("ischroot") else None
     if result is not None and result.returncode == 0:
         return "the package is being installed in a chroot"
-    if not os.path.isdir("/run/systemd/system"):
+    if not host.is_dir("/run/systemd/system"):
         return "systemd is not running (a container or an image build)"
     return None
 
@@ -235,7 +237,6 @@ def report_leave(outcome, out=None):
 def last_status(host):
     """status.json as it stands (a killed run's "running" reads as "interrupted"), or what
     an untouched node says."""
-    from aks_flex_node.engine.status import StatusFile
 
     return StatusFile(host).current() or {"state": "unjoined", "message": "no bootstrap has run on this node"}
 
@@ -246,10 +247,6 @@ def wait_for_outcome(host, timeout, poll=0.5):
     that was interrupted (killed: its record says "running" but nobody holds the run lock)
     is an outcome too, returned at once: waiting would only wait out `timeout`.
     TemporaryError when `timeout` seconds pass first, with the last attempt's error."""
-    import time
-
-    from aks_flex_node.engine.status import INTERRUPTED, PENDING, RUNNING, StatusFile
-    from aks_flex_node.errors import TemporaryError
 
     status_file = StatusFile(host)
     deadline = time.monotonic() + timeout

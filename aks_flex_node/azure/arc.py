@@ -14,6 +14,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from aks_flex_node.azure.auth import azure_errors
 from aks_flex_node.azure.sdk_compat import model_property
 from aks_flex_node.errors import TemporaryError
+from aks_flex_node.polling import poll
 
 # Upstream polls about 245 s for the identity (Azure/AKSFlexNode v0.0.10,
 # pkg/components/arc/arc_installer.go registerArcMachine).
@@ -91,7 +92,6 @@ def wait_for_identity(clients, subscription_id, resource_group, name, timeout=ID
     The agent creates the resource and Azure adds the identity shortly after; a bounded
     exponential backoff (1, 2, 4, 8, 15, 15 ... s) within `timeout` seconds.
     """
-    from aks_flex_node.polling import poll
 
     _NO_MACHINE = "no Arc machine resource"
 

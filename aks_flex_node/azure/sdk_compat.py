@@ -18,6 +18,7 @@ the config must not import the Azure SDK.
 import inspect
 
 from azure.identity import AzureCliCredential
+from azure.profiles import ProfileDefinition
 
 
 def _init_parameters(klass):
@@ -129,7 +130,6 @@ def authorization_options(client_class):
     versions = latest.get_profile_dict()[tag]
     if versions.get("role_assignments", versions.get(None)) in ROLE_ASSIGNMENT_API_VERSIONS:
         return {}
-    from azure.profiles import ProfileDefinition
 
     for version in ROLE_ASSIGNMENT_API_VERSIONS:
         try:

@@ -21,6 +21,7 @@ except ImportError:
     # the Azure SDK.
     from validate import ValidateError, Validator, is_integer
 
+from aks_flex_node import window
 from aks_flex_node.config.cluster_ref import CLUSTER_ID_EXAMPLE, parse_cluster_id
 from aks_flex_node.http_policy import is_loopback
 from aks_flex_node.kubeversion import KubeVersion, VersionError
@@ -312,8 +313,6 @@ def check_k8s_version(value):
 
 
 def check_upgrade_window(value):
-    from aks_flex_node import window
-
     try:
         parsed = window.parse(value)
     except window.WindowError as err:

@@ -5,6 +5,7 @@ A Config is made by the loader once every check passed; it only derives from its
 but the client secret's, on demand.
 """
 
+import copy
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
@@ -193,7 +194,6 @@ class Config(Mapping):
         """This configuration with `values` (key -> typed value: an agent pool's bootstrap
         data) in place of its own, each checked as the file's value would be. ConfigError
         naming the key, the origin, the value and what is expected when one fails."""
-        import copy
 
         checker, checked, problems = spec.validator(), {}, []
         for key, value in values.items():

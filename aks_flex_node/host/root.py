@@ -13,7 +13,7 @@ import posixpath
 import stat
 from pathlib import PurePosixPath
 
-from aks_flex_node.host import fs, mounts, temps, tree
+from aks_flex_node.host import careful_read, fs, mounts, temps, tree
 from aks_flex_node.host.kernel import Kernel
 from aks_flex_node.host.run import (CommandError, SkippedRun, check_argv, display,
                                     resolve_executable, run_command)
@@ -150,6 +150,12 @@ class Host:
     def read_text(self, path):
         data = self.read_bytes(path)
         return None if data is None else data.decode("utf-8")
+
+    def read_carefully(self, path, max_bytes, **how):
+        """The bytes of the regular file at node path `path`, read by careful_read.read
+        (no FIFO waited on, at most `max_bytes`; `how`: private, owners, follow), or
+        careful_read.Unsafe saying why not."""
+        return careful_read.read(str(self.path(path)), max_bytes, **how)
 
     def exists(self, path):
         return fs.exists(self.path(path))

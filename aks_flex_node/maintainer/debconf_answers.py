@@ -16,8 +16,9 @@ from aks_flex_node import config, paths
 from aks_flex_node.config.fileformat import take_value
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.config.semantic import MODE_KEYS
-from aks_flex_node.maintainer.debconf_channel import DebconfError, q
 from aks_flex_node.errors import ConfigError, ConfigProblem
+from aks_flex_node.host import Host
+from aks_flex_node.maintainer.debconf_channel import DebconfError, q
 
 log = logging.getLogger("aks_flex_node.maintainer.maintscript")
 
@@ -135,7 +136,6 @@ def render_config(channel, output, root, secret, text, secret_file_ok=True):
     of the current file's `text` (its other keys, comments and hand edits stay; None or
     empty: the shipped default); put a new client secret in its own 0600 file. With
     `secret_file_ok` false, the secret's file (something in its way) is not touched."""
-    from aks_flex_node.host import Host
 
     host = Host(root)
     # An empty or missing file starts again from the shipped default, with every key.

@@ -24,11 +24,12 @@ import re
 import sys
 
 from aks_flex_node import config, lifecycle, paths
+from aks_flex_node.errors import ConfigError, ConfigProblem, ExitCode, FlexNodeError
+from aks_flex_node.host import Host
 from aks_flex_node.maintainer import node_files
 from aks_flex_node.maintainer.debconf_answers import (answer_problems, question_of, render_config, store_secret,
-                                             take_secret)
+                                                      take_secret)
 from aks_flex_node.maintainer.debconf_channel import DebconfProgress, attach_debconf, q, show_note
-from aks_flex_node.errors import ConfigError, ConfigProblem, ExitCode, FlexNodeError
 
 log = logging.getLogger("aks_flex_node.maintainer.maintscript")
 
@@ -50,8 +51,6 @@ def dpkg_root():
 
 
 def _host(root):
-    from aks_flex_node.host import Host
-
     return Host(root)
 
 

@@ -6,15 +6,21 @@ block the script, and dpkg's lock with it), and every problem becomes a BadFile,
 the postinst shows as a debconf note naming the file and what to do.
 """
 
+import errno
 import os
-import stat
 
 from aks_flex_node import paths
-from aks_flex_node.maintainer.debconf_answers import file_value
+from aks_flex_node.engine.status import StatusFile
 from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.host import careful_read
+from aks_flex_node.maintainer.debconf_answers import file_value
+from aks_flex_node.steps.kinds import open_ledger
 
 REDO = "then run dpkg-reconfigure aks-flex-node"
 NUL = b"\0"
+# Our configuration, secret and state files are a few KiB; a ledger of many installs stays
+# well under a MiB. Reading is bounded so a huge file put in their place costs no memory.
+MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
 class BadFile(FlexNodeError):
@@ -34,35 +40,23 @@ def _aside(path):
 
 def dir_problem(host, node_path):
     """Why the directory at node path `node_path` cannot hold our files, or None."""
-    real = host.path(node_path)
-    if os.path.isdir(real) or not os.path.lexists(real):
+    if host.is_dir(node_path) or host.kind(node_path) is None:
         return None
-    if os.path.islink(real):
-        return f"a symbolic link to {os.readlink(real)}, which is not a directory"
+    if host.kind(node_path) == "link":
+        return f"a symbolic link to {host.read_link(node_path)}, which is not a directory"
     return "a file, not a directory"
 
 
 def file_problem(host, node_path, text=False, required=False):
     """(problem, content) of the file at node path `node_path`: why it cannot be read (None
     when it can, or when it is absent and not `required`) and its bytes. `text`: UTF-8
-    text without NUL bytes; `required`: there and not empty."""
-    real = host.path(node_path)
+    text without NUL bytes; `required`: there and not empty. A link is followed (an
+    operator may link the configuration from elsewhere); what is not a regular file is
+    never waited on, and no more than MAX_FILE_BYTES is read."""
     try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        if os.path.islink(real):
-            return f"a symbolic link to {os.readlink(real)}, which does not exist", None
-        return ("it does not exist" if required else None), None
-    except OSError as err:  # a symlink loop, a parent that is not a directory
-        return f"it cannot be reached ({err.strerror})", None
-    if stat.S_ISDIR(st.st_mode):
-        return "a directory, not a file", None
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file (a FIFO, a socket or a device)", None
-    try:
-        data = real.read_bytes()
-    except OSError as err:
-        return f"it cannot be read ({err.strerror})", None
+        data = host.read_carefully(node_path, MAX_FILE_BYTES, follow=True)
+    except careful_read.Unsafe as unsafe:
+        return _unreadable(host, node_path, unsafe, required), None
     if required and not data.strip():
         return "it is empty", data
     if text and NUL in data:
@@ -74,6 +68,21 @@ def file_problem(host, node_path, text=False, required=False):
             line = data.count(b"\n", 0, err.start) + 1
             return f"not UTF-8 text (byte 0x{data[err.start]:02x} on line {line})", data
     return None, data
+
+
+def _unreadable(host, node_path, unsafe, required):
+    """The problem careful_read found, in the words the maintainer scripts' notes use."""
+    if unsafe.code == "absent":
+        if host.kind(node_path) == "link":
+            return f"a symbolic link to {host.read_link(node_path)}, which does not exist"
+        return "it does not exist" if required else None
+    if unsafe.code == "not-regular" or unsafe.errno == errno.ENXIO:  # ENXIO: opening a socket
+        return ("a directory, not a file" if host.is_dir(node_path)
+                else "not a regular file (a FIFO, a socket or a device)")
+    if unsafe.code == "too-large":
+        return f"larger than {MAX_FILE_BYTES} bytes: not a file aks-flex-node wrote"
+    # A symlink loop, a parent that is not a directory, a permission refused.
+    return f"it cannot be reached ({os.strerror(unsafe.errno)})" if unsafe.errno else unsafe.why
 
 
 def config_problems(host):
@@ -114,8 +123,6 @@ def secret_problems(host, text):
 def state_problems(host):
     """BadFiles among the state the join reads: its directory, the pending mark, the
     ledger (read as the library reads it) and status.json."""
-    from aks_flex_node.steps.kinds import open_ledger
-    from aks_flex_node.engine.status import StatusFile
 
     problem = dir_problem(host, paths.STATE_DIR)
     if problem:

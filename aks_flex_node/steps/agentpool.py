@@ -22,11 +22,14 @@ the host changes. The token is kept in memory and in the 0600 bootstrap kubeconf
 never in the ledger.
 """
 
+from aks_flex_node import kube
+from aks_flex_node.config.cluster_ref import parse_cluster_id
 from aks_flex_node.config.joinmode import TLS_BOOTSTRAP, JoinMode
 from aks_flex_node.engine.step import CREDENTIALS, IDENTITY, Plan, Step
-from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.engine.undo import Leftover
+from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.steps.kinds import Kind, open_ledger
 from aks_flex_node.steps.kubelet_auth import bootstrap_token_of, token_needed
-from aks_flex_node.steps.kinds import Kind
 
 ORIGIN_POOL = "listBootstrapData"
 CLUSTER_HELP = ("read the target cluster (location, Kubernetes version, Azure RBAC) and check the operator's "
@@ -61,7 +64,6 @@ def overlay(cfg, pool_values):
 def recorded_overlay(cfg, host):
     """`cfg` with the pool's values the last full run recorded laid over it (agent-pool
     mode; `config show`), or `cfg` itself when there are none."""
-    from aks_flex_node.steps.kinds import open_ledger
 
     if cfg.mode is not JoinMode.AGENT_POOL:
         return cfg
@@ -155,7 +157,6 @@ def _configured_server(cfg, data):
 def token_accepted(ctx, token):
     """Whether the API server authenticates the bootstrap token `token` (unknown, expired or
     deleted: it does not)."""
-    from aks_flex_node import kube
 
     return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, token_provider=lambda: token,
                            policy=ctx.http_policy).authenticates()
@@ -172,7 +173,6 @@ def _reusable_token(ctx):
 def _require_accepted(ctx, token):
     """The operator's token (bootstrap_token_file), which the kubelet is about to need: an
     AuthError naming the file and what to do when the API server refuses it."""
-    from aks_flex_node.errors import AuthError
 
     if token_accepted(ctx, token):
         return
@@ -199,8 +199,6 @@ class ApiServerStep(Step):
     modes = TLS_BOOTSTRAP
 
     def check(self, ctx):
-        from aks_flex_node import kube
-
         kube.readyz(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy)
         return Plan(noop_reason=f"API server {ctx.data.server} is ready (verified with the cluster CA)")
 
@@ -261,8 +259,6 @@ class MachineStep(Step):
         """deleteMachines when this identity may call it; the Flex Node Agent Role does not
         grant it, so usually the operator must: say exactly what to run."""
         from aks_flex_node.azure import agentpool, permissions
-        from aks_flex_node.config.cluster_ref import parse_cluster_id
-        from aks_flex_node.engine.undo import Leftover
 
         ref = parse_cluster_id(entry["cluster"])
         pool, name = entry["pool"], entry["machine"]

@@ -9,6 +9,7 @@ so removing the proxy from our config, or unbootstrap, puts the agent's setting 
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.host.azcmagent import Azcmagent
 from aks_flex_node.http_policy import ProxySettingError, redact
 from aks_flex_node.steps.kinds import Kind
 
@@ -115,7 +116,6 @@ class ArcStep(ArcModeOnly, Step):
 
     def check(self, ctx):
         from aks_flex_node.azure import arc
-        from aks_flex_node.host.azcmagent import Azcmagent
 
         cfg, plan = ctx.config, Plan()
         agent = Azcmagent(ctx.host, cfg.azcmagent)
@@ -193,8 +193,6 @@ class ArcStep(ArcModeOnly, Step):
 
     @staticmethod
     def _restore(ctx, entry):
-        from aks_flex_node.host.azcmagent import Azcmagent
-
         return _restore_config(ctx, Azcmagent(ctx.host, ctx.config.azcmagent), entry)
 
     @staticmethod
@@ -207,7 +205,5 @@ class ArcStep(ArcModeOnly, Step):
 
     @staticmethod
     def _disconnect(ctx, entry):
-        from aks_flex_node.host.azcmagent import Azcmagent
-
         Azcmagent(ctx.host, ctx.config.azcmagent).disconnect()
         ctx.ledger.forget(Kind.AZCMAGENT_CONNECTION, entry["id"])

@@ -5,6 +5,8 @@ import dataclasses
 from typing import FrozenSet, Optional
 
 from aks_flex_node.engine.context import Context, RunOptions
+from aks_flex_node.host.download import Downloader
+from aks_flex_node.http_policy import HttpPolicy
 from aks_flex_node.steps.join_data import JoinData
 
 
@@ -53,8 +55,6 @@ class JoinContext(Context):
         from the config once and used by every client of ours and every service we configure."""
         with self._lock:
             if self._http_policy is None:
-                from aks_flex_node.http_policy import HttpPolicy
-
                 self._http_policy = HttpPolicy.from_config(self.config)
             return self._http_policy
 
@@ -63,8 +63,6 @@ class JoinContext(Context):
         steps). The cache directory is made by steps/tracked.ensure_cache_dir first."""
         with self._lock:
             if self._downloader is None:
-                from aks_flex_node.host.download import Downloader
-
                 self._downloader = Downloader(self.host.path(self.config.cache_dir), policy=self.http_policy)
             return self._downloader
 

@@ -21,6 +21,7 @@ import json
 import time
 
 from aks_flex_node import kube
+from aks_flex_node.azure import himds
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.kinds import Kind
@@ -121,7 +122,6 @@ def token_needed(host):
 def node_token(ctx):
     """The node identity's token for the API server, fetched from HIMDS once per run and
     reused while it has TOKEN_MARGIN seconds left."""
-    from aks_flex_node.azure import himds
 
     cached = ctx.data.node_token
     if cached is None or cached.expires_on - time.time() < TOKEN_MARGIN:

@@ -6,7 +6,7 @@ switches between them, the way `kubeadm upgrade node` is run by hand
 upgrade the kubelet, restart it, uncordon) and AKS upgrades a node (cordon, drain with
 PodDisruptionBudgets honoured, reimage, uncordon: Learn, "Upgrade an AKS cluster"):
 
-1. check the version-skew policy against the API server (upgrade.check_target); nothing
+1. check the version-skew policy against the API server (kubeversion.check_target); nothing
    changes when it forbids the move;
 2. record the upgrade in the ledger (from, to, whether we cordon), then cordon and drain
    (drain.py); a drain that cannot finish uncordons what we cordoned and stops, nothing switched;
@@ -24,11 +24,13 @@ a power cut) is finished by the next run of bootstrap, the agent or `upgrade`: i
 record and carries on from that phase.
 """
 
-from aks_flex_node import kube, upgrade
-from aks_flex_node.kube import drain
+from aks_flex_node import kube, window
 from aks_flex_node.engine.step import ACTIVATE, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError, TemporaryError
+from aks_flex_node.kube import drain
+from aks_flex_node.kubeversion import check_target, parse_version
 from aks_flex_node.steps import kubernetes as kb
+from aks_flex_node.steps.node import kube_client
 
 DRAIN, SWITCH, ROLLBACK, FAILED = "drain", "switch", "rollback", "failed"
 
@@ -96,23 +98,19 @@ class KubeletUpgradeStep(Step):
 
 
 def _window_open(text):
-    from aks_flex_node import window
-
     return window.is_open(text)
 
 
 def _client(ctx):
-    from aks_flex_node.steps.node import kube_client
-
     return kube_client(ctx)
 
 
 def start(ctx, current, target):
     """Check the skew, record the upgrade, and carry it out."""
     client = _client(ctx)
-    apiserver = upgrade.parse_version(client.server_version(), "the API server's gitVersion")
-    upgrade.check_target(upgrade.parse_version(current, "the active kubelet version"),
-                         upgrade.parse_version(target, "the wanted kubelet version"), apiserver)
+    apiserver = parse_version(client.server_version(), "the API server's gitVersion")
+    check_target(parse_version(current, "the active kubelet version"),
+                 parse_version(target, "the wanted kubelet version"), apiserver)
     name = ctx.config.machine_name
     node = client.get_node(name)
     if node is None:

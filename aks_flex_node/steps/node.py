@@ -7,7 +7,9 @@ credential: what we check is exactly what the kubelet will be able to do.
 
 from aks_flex_node import kube
 from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step
+from aks_flex_node.engine.undo import Leftover
 from aks_flex_node.errors import TemporaryError
+from aks_flex_node.kube import drain
 from aks_flex_node.steps import kubelet_auth
 from aks_flex_node.steps.arc import ArcModeOnly
 from aks_flex_node.steps.kinds import Kind
@@ -115,14 +117,11 @@ class NodeReadyStep(Step):
         kubelet delete Node objects since Kubernetes 1.13 (kubernetes/kubernetes#71021;
         kubernetes.io/docs/reference/access-authn-authz/node/). Then the Node is left to the
         cluster, and the report says so and what an admin runs."""
-        from aks_flex_node.engine.undo import Leftover
 
         name, auth = entry["id"], kubelet_auth.for_record(entry)
         ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(ctx.host, auth)
         client = auth.client(ctx)
         if ctx.options.drain_timeout is not None:
-            from aks_flex_node.kube import drain
-
             # Before the delete: a deleted Node's pods go by garbage collection, asking no
             # PodDisruptionBudget (kubernetes.io/docs/tasks/administer-cluster/safely-drain-node/).
             # A drain that cannot finish raises, and the Node stays (a leftover saying why).

@@ -2,6 +2,7 @@
 
 import collections
 
+from aks_flex_node.azure import roles
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
 from aks_flex_node.steps.arc import ArcModeOnly
 from aks_flex_node.steps.kinds import Kind
@@ -11,7 +12,6 @@ Wanted = collections.namedtuple("Wanted", "role_name role_guid scope")
 
 def wanted_roles(cfg):
     """The preset's roles with their scopes resolved (every preset role is at the cluster)."""
-    from aks_flex_node.azure import roles
 
     return [Wanted(r.name, r.guid, cfg.cluster.resource_id) for r in roles.preset(cfg.role_preset)]
 

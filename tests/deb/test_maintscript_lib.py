@@ -3,6 +3,7 @@ decisions, and its debconf protocol client against debconf's real frontend."""
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -130,6 +131,11 @@ def test_render_config_speaks_debconf_with_this_interpreter(tmp_path):
 # ---- the files the maintainer scripts read ------------------------------------------------
 
 
+def sparse_file(path, size):
+    with path.open("wb") as handle:
+        handle.truncate(size)
+
+
 @pytest.mark.parametrize("make, text, required, expected", [
     (lambda p: p.write_bytes(b"key = caf\xe9\n"), True, False, "not UTF-8 text (byte 0xe9 on line 1)"),
     (lambda p: p.write_bytes(b"a\nb\0c"), True, False, "a binary file (a NUL byte at offset 3), not text"),
@@ -141,6 +147,12 @@ def test_render_config_speaks_debconf_with_this_interpreter(tmp_path):
     (lambda p: None, True, True, "it does not exist"),
     (lambda p: p.write_bytes(b" \n"), True, True, "it is empty"),
     (lambda p: p.write_bytes("tenant_id = é\n".encode()), True, True, None),
+    # Never waited on, never read whole: a FIFO, a socket, a file far larger than ours.
+    (lambda p: os.mkfifo(p), True, False, "not a regular file (a FIFO, a socket or a device)"),
+    (lambda p: socket.socket(socket.AF_UNIX).bind(str(p)), True, False,
+     "not a regular file (a FIFO, a socket or a device)"),
+    (lambda p: sparse_file(p, node_files.MAX_FILE_BYTES + 1), True, False,
+     f"larger than {node_files.MAX_FILE_BYTES} bytes: not a file aks-flex-node wrote"),
 ])
 def test_file_problem_says_why_a_file_cannot_be_read(tmp_path, make, text, required, expected):
     (tmp_path / "etc").mkdir()

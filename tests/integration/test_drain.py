@@ -11,7 +11,8 @@ import threading
 
 import pytest
 
-from aks_flex_node import config, upgrade
+from aks_flex_node import config
+from aks_flex_node.commands import upgrade
 from aks_flex_node.kube import drain
 from aks_flex_node.host import Host
 from tests.emulator import constants as C

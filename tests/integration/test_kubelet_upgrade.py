@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from aks_flex_node import config, upgrade
+from aks_flex_node import config
+from aks_flex_node.commands import upgrade
 from aks_flex_node.kube import drain
 from aks_flex_node.host import Host
 from tests import harness

@@ -33,10 +33,9 @@ KNOWN = {
     "maintainer/debconf_answers.py": 3,
     "maintainer/debconf_channel.py": 3,  # debconf's file descriptors
     "engine/lock.py": 3,
-    "lifecycle.py": 6,
+    "lifecycle.py": 4,
     "maintainer/maintscript.py": 6,
-    "maintainer/node_files.py": 9,
-    "preflight/__init__.py": 12,
+    "steps/preflight/checks.py": 6,
     "steps/context.py": 1,  # the Downloader's cache directory
     "steps/kubelet_auth.py": 1,  # the kubelet's certificate, for the kube client
     "strictmodes.py": 4,

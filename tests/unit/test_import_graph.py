@@ -1,53 +1,10 @@
 """The package's import graph, read from the source (every import, at module level or in a
 function): no cycle, and the engine a generic runner that knows nothing of what it runs."""
 
-import ast
-import pathlib
+from tests.package_imports import graph
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "aks_flex_node"
 # What engine/ may import of ours besides itself: the leaves every layer uses.
 ENGINE_MAY_IMPORT = {"aks_flex_node", "aks_flex_node.errors", "aks_flex_node.paths"}
-
-
-def module_name(path):
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def modules():
-    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
-
-
-def imported(name, path, known):
-    """The modules of ours `name` imports, anywhere in it (`from a.b import c` counts a.b.c
-    when that is a module, else a.b)."""
-    out = set()
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                here = name.split(".") if is_package else name.split(".")[:-1]
-                here = here[:len(here) - node.level + 1]
-                base = ".".join(here + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-        else:
-            continue
-        for target in targets:
-            while target not in known and "." in target:
-                target = target.rsplit(".", 1)[0]
-            if target in known and target != name and target.startswith("aks_flex_node"):
-                out.add(target)
-    return out
-
-
-def graph():
-    known = modules()
-    return {name: imported(name, path, known) for name, path in known.items()}
 
 
 def cycles(edges):
@@ -100,3 +57,22 @@ def test_the_engine_knows_nothing_of_what_it_runs():
                for name, targets in engine.items()}
     assert {name: found for name, found in outside.items() if found} == {}
     assert "aks_flex_node.engine.context" in edges  # the check saw the engine
+
+
+def part_of(module):
+    """The package part a module belongs to: aks_flex_node.steps.node -> aks_flex_node.steps;
+    a loose module (aks_flex_node.cli) is its own part."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_back_up_between_the_packages_parts():
+    """The parts are layers (docs/design.md): the commands over operations over steps over
+    the engine, azure/, kube/, config/ and host/. A part that imports another which imports
+    it back is one layer in two folders; none may."""
+    edges = {}
+    for name, targets in graph().items():
+        for target in targets:
+            if part_of(name) != part_of(target):
+                edges.setdefault(part_of(name), set()).add(part_of(target))
+    assert cycles(edges) == []
+    assert "aks_flex_node.steps" in edges and "aks_flex_node.engine" in edges["aks_flex_node.steps"]

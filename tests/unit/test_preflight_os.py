@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from aks_flex_node import preflight
+from aks_flex_node.steps.preflight import checks as preflight
 from aks_flex_node.host.root import Host
 
 

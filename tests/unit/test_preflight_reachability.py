@@ -12,8 +12,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from aks_flex_node import preflight
-from aks_flex_node.preflight import reachability
+from aks_flex_node.steps.preflight import checks as preflight
+from aks_flex_node.steps.preflight import reachability
 from aks_flex_node.errors import ExitCode
 from aks_flex_node.http_policy import DIRECT, HttpPolicy
 from tests.emulator import tls

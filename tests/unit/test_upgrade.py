@@ -5,12 +5,13 @@ import sys
 
 import pytest
 
-from aks_flex_node import upgrade
+from aks_flex_node import kubeversion
+from aks_flex_node.commands import upgrade
 from aks_flex_node.errors import ExitCode, UsageError
 from aks_flex_node.kubeversion import KubeVersion
 from tests.harness import REPO
 
-V = upgrade.parse_version
+V = kubeversion.parse_version
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -41,7 +42,7 @@ def test_a_bad_version_is_a_usage_error_naming_the_field(text):
     ("2.0.0", "1.30.4", "differ in their major version"),
 ])
 def test_kubelet_skew_rules(kubelet, apiserver, problem):
-    found = upgrade.skew_problem(V(kubelet, "k"), V(apiserver, "a"))
+    found = kubeversion.skew_problem(V(kubelet, "k"), V(apiserver, "a"))
     if problem is None:
         assert found is None
     else:
@@ -57,12 +58,12 @@ def test_kubelet_skew_rules(kubelet, apiserver, problem):
 ])
 def test_check_target(current, target, apiserver, needed, refused):
     if refused:
-        with pytest.raises(upgrade.SkewError) as err:
-            upgrade.check_target(V(current, "c"), V(target, "t"), V(apiserver, "a"))
+        with pytest.raises(kubeversion.SkewError) as err:
+            kubeversion.check_target(V(current, "c"), V(target, "t"), V(apiserver, "a"))
         assert refused in err.value.message and f"from {current}" in err.value.message
         assert err.value.exit_code == ExitCode.PREFLIGHT
     else:
-        assert upgrade.check_target(V(current, "c"), V(target, "t"), V(apiserver, "a")) is needed
+        assert kubeversion.check_target(V(current, "c"), V(target, "t"), V(apiserver, "a")) is needed
 
 
 def test_the_plan_names_every_stage_in_order():
@@ -91,4 +92,4 @@ def test_upgrade_help_imports_no_step_module_nor_the_sdk():
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0 and "--dry-run" in proc.stdout and "--to VERSION" in proc.stdout
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert not {m for m in imported if m.startswith(("aks_flex_node.steps", "aks_flex_node.upgrade", "azure"))}
+    assert not {m for m in imported if m.startswith(("aks_flex_node.steps", "aks_flex_node.commands.upgrade", "azure"))}

@@ -1,71 +1,19 @@
 """`aks-flex-node upgrade`: check a kubelet version change against the cluster and plan it.
 
 The switch itself is the kubelet-upgrade phase's (steps/kubelet_upgrade.py); `upgrade`
-without --dry-run runs it through a bootstrap run (docs/upgrade.md). The check is
-the Kubernetes version-skew policy for the kubelet
-(kubernetes.io/releases/version-skew-policy/#kubelet): the kubelet must not be newer than
-kube-apiserver, and may be up to three minor versions older (two before kube-apiserver 1.25).
-Minor versions are what the policy speaks of: a patch release of the API server's minor is
-allowed whatever its patch number.
+without --dry-run runs it through a bootstrap run (docs/upgrade.md). The check is the
+kubelet's version-skew policy (kubeversion.check_target).
 """
 
 from dataclasses import dataclass
 from typing import Tuple
 
-from aks_flex_node.errors import FlexNodeError, PreflightError, UsageError
-from aks_flex_node.kubeversion import KubeVersion, VersionError
-
-
-class SkewError(PreflightError):
-    """The version asked for breaks the version-skew policy: nothing was changed."""
-
-    code = "version-skew"
-
-
-def parse_version(text, what):
-    """A KubeVersion ("1.31.2", "v1.31.2", a gitVersion with a suffix); UsageError naming
-    `what` otherwise."""
-    try:
-        return KubeVersion.parse(text)
-    except VersionError as err:
-        raise UsageError(f"{what} = {err}") from None
-
-
-def oldest_kubelet_minor(apiserver):
-    """How many minors older than the API server a kubelet may be: three from kube-apiserver
-    1.25 on (KEP-3935), two before."""
-    return 3 if apiserver.minor_line >= (1, 25) else 2
-
-
-def skew_problem(kubelet, apiserver):
-    """Why a kubelet at `kubelet` may not run against `apiserver`, or None when it may."""
-    if kubelet.major != apiserver.major:
-        return (f"kubelet {kubelet} and kube-apiserver {apiserver} differ in their major version; "
-                "the version-skew policy covers one major version")
-    if kubelet.minor > apiserver.minor:
-        return (f"kubelet {kubelet} would be newer than kube-apiserver {apiserver}: the version-skew "
-                "policy forbids a kubelet newer than kube-apiserver")
-    allowed = oldest_kubelet_minor(apiserver)
-    if apiserver.minor - kubelet.minor > allowed:
-        return (f"kubelet {kubelet} would be {apiserver.minor - kubelet.minor} minor versions older than "
-                f"kube-apiserver {apiserver}: the version-skew policy allows at most {allowed}")
-    return None
-
-
-def check_target(current, target, apiserver):
-    """Raise SkewError when moving the kubelet from `current` to `target` is not allowed
-    against `apiserver`; return True when there is something to do, False when the kubelet
-    is already at `target`."""
-    problem = skew_problem(target, apiserver)
-    if problem:
-        raise SkewError(f"refusing to upgrade the kubelet from {current} to {target}: {problem}",
-                        remedy="upgrade the cluster's control plane first, or choose a version the policy "
-                        "allows (kubernetes.io/releases/version-skew-policy/#kubelet)")
-    if target.minor_line < current.minor_line:
-        raise SkewError(f"refusing to move the kubelet from {current} down to {target}: downgrading a kubelet "
-                        "to an older minor version is not supported",
-                        remedy=f"choose a version of minor {current.major}.{current.minor} or newer")
-    return (target.minor_line, target.patch) != (current.minor_line, current.patch)
+from aks_flex_node.errors import FlexNodeError, UsageError
+from aks_flex_node.kubeversion import KubeVersion, check_target, parse_version
+from aks_flex_node.steps import kubelet_auth
+from aks_flex_node.steps.context import JoinContext
+from aks_flex_node.steps.kinds import open_ledger
+from aks_flex_node.steps.kubernetes import upgrade_under_way
 
 
 def plan_steps(node, current, target, drain_timeout, ready_timeout):
@@ -120,11 +68,8 @@ def versions(client, node_name, configured, to=None):
 def node_client(cfg, host):
     """A KubeClient as the node (the kubelet's credential path), to the API server the
     kubeconfig bootstrap wrote names."""
-    from aks_flex_node.engine.ledger import Ledger
-    from aks_flex_node.steps import kubelet_auth
-    from aks_flex_node.steps.context import JoinContext
 
-    ctx = JoinContext(cfg, host, Ledger(host))
+    ctx = JoinContext(cfg, host, open_ledger(host))
     auth = kubelet_auth.for_mode(ctx.mode)
     ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(host, auth)
     return auth.client(ctx)
@@ -168,13 +113,11 @@ def plan(cfg, host, to=None):
     """The UpgradePlan of this node as configured: asked of its API server as the node, the
     target `--to` (or the configuration's, or the API server's), and whether the ledger
     records an upgrade under way (steps/kubernetes.py owns that record)."""
-    from aks_flex_node.engine.ledger import Ledger
-    from aks_flex_node.steps.kubernetes import upgrade_under_way
 
     target = target_of(cfg, to)  # a bad --to is refused before anything is asked of the cluster
     return run(node_client(cfg, host), cfg.machine_name, cfg.kubernetes_version, to=target,
                drain_timeout=cfg.upgrade_drain_timeout, ready_timeout=cfg.node_ready_timeout,
-               under_way=upgrade_under_way(Ledger(host)) is not None)
+               under_way=upgrade_under_way(open_ledger(host)) is not None)
 
 
 def target_of(cfg, to):

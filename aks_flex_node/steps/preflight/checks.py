@@ -9,12 +9,19 @@ import os
 import platform
 import shutil
 import socket
+from concurrent.futures import ThreadPoolExecutor
 
 from aks_flex_node.config.joinmode import JoinMode
-from aks_flex_node.preflight import reachability
-from aks_flex_node.errors import PreflightError, TemporaryError
+from aks_flex_node.errors import FlexNodeError, PreflightError, TemporaryError, UsageError
+from aks_flex_node.host.azcmagent import Azcmagent
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
+from aks_flex_node.steps.preflight import reachability
+from aks_flex_node.steps import kubelet_auth
+from aks_flex_node.steps.artifacts import ARCHES
+from aks_flex_node.steps.kinds import Kind
+from aks_flex_node.steps.kubelet_paths import CA_PATH
+from aks_flex_node.steps.system import MODULES
 
 ERROR = "error"
 WARNING = "warning"
@@ -106,15 +113,13 @@ def _release_key(version):
 
 
 def check_arch(ctx):
-    from aks_flex_node.steps.artifacts import ARCHES
-
     if platform.machine() not in ARCHES:
         return Finding(ERROR, f"CPU architecture {platform.machine()} has no Kubernetes release",
                        "use an x86_64 or aarch64 machine")
 
 
 def check_cgroups(ctx):
-    if not os.path.exists(ctx.host.path("/sys/fs/cgroup/cgroup.controllers")):
+    if not ctx.host.exists("/sys/fs/cgroup/cgroup.controllers"):
         return Finding(ERROR, "the unified cgroup hierarchy (cgroup v2) is not mounted",
                        "boot with systemd.unified_cgroup_hierarchy=1 (the default on Debian 11+ "
                        "and Ubuntu 21.10+)")
@@ -131,8 +136,6 @@ def check_swap(ctx):
 
 
 def check_modules(ctx):
-    from aks_flex_node.steps.system import MODULES
-
     release = platform.release()
     dep = (ctx.host.read_bytes(f"/lib/modules/{release}/modules.dep") or b"").decode()
     states = {m: ctx.host.kernel.module_loaded(m) for m in MODULES}
@@ -158,7 +161,7 @@ def check_ip_forward(ctx):
 def check_port(ctx):
     if str(ctx.host.root) != "/":
         return None
-    if ctx.host.systemd.is_active("kubelet") and ctx.ledger.has("unit", "kubelet"):
+    if ctx.host.systemd.is_active("kubelet") and ctx.ledger.has(Kind.UNIT, "kubelet"):
         return None  # our own kubelet holds it
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -170,7 +173,7 @@ def check_port(ctx):
 
 
 def check_clock(ctx):
-    if os.path.exists(ctx.host.path("/run/systemd/timesync/synchronized")):
+    if ctx.host.exists("/run/systemd/timesync/synchronized"):
         return None
     result = ctx.host.run_system(["timedatectl", "show", "-p", "NTPSynchronized", "--value"],
                                  ok_codes=range(256))
@@ -216,8 +219,6 @@ def check_arm(ctx):
 
 
 def check_himds(ctx):
-    from aks_flex_node.host.azcmagent import Azcmagent
-
     shown = Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
     ctx.data.azcmagent_shown = shown
     if not shown or str(shown.get("status", "")).lower() != "connected":
@@ -230,22 +231,19 @@ def check_himds(ctx):
 
 
 def check_cluster_api(ctx):
-    from aks_flex_node.errors import FlexNodeError
-    from aks_flex_node.steps import kubelet_auth
-    from aks_flex_node.steps.kubelet_paths import CA_PATH
-
     cfg = ctx.config
     if cfg.is_set("api_server") and cfg.is_set("cluster_ca_file") and cfg.cluster_ca_file:
         # Given by the operator (bootstrap-token mode, or overriding the pool's): known now.
-        server, ca_file = cfg.api_server_url, ctx.host.path(cfg.cluster_ca_file)
+        server, ca_file = cfg.api_server_url, cfg.cluster_ca_file
     else:
         try:
             server, _ca = kubelet_auth.api_server_of(ctx.host, kubelet_auth.for_mode(ctx.mode))
         except FlexNodeError:
             return None  # not known before the credentials phase; it is checked there
-        ca_file = ctx.host.path(CA_PATH)
+        ca_file = CA_PATH
+    # The CA's real path is handed to ssl, which opens it itself.
     failure = reachability.reachable(server.rstrip("/") + "/readyz", ctx.http_policy,
-                         cafile=ca_file if os.path.exists(ca_file) else None)
+                                     cafile=ctx.host.path(ca_file) if ctx.host.exists(ca_file) else None)
     if failure:
         return _unreachable(f"the cluster's API server {server}", failure,
                             "check the firewall and proxy settings")
@@ -317,7 +315,6 @@ CHECK_NAMES = tuple(name for name, _check, _modes in CHECKS)
 
 def parse_ignored(value):
     """--ignore-preflight-errors: a comma list of check names, or `all`."""
-    from aks_flex_node.errors import UsageError
 
     names = {n.strip() for n in (value or "").split(",") if n.strip()}
     unknown = names - set(CHECK_NAMES) - {"all"}
@@ -340,7 +337,6 @@ def run_checks(ctx, ignored=()):
     """Every check, at once: each only reads, and most of the time goes to waiting on an
     endpoint (HIMDS, ARM, the API server), so the whole costs about the slowest check. The
     results keep CHECKS' order."""
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=len(CHECKS), thread_name_prefix="preflight") as pool:
         findings = list(pool.map(lambda item: _finding(item[1], item[2], ctx), CHECKS))

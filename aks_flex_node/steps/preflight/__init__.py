@@ -1,7 +1,12 @@
-"""The preflight phase of a bootstrap."""
+"""The preflight phase of a bootstrap: the checks (checks.py) run before anything changes.
 
-from aks_flex_node import preflight
+The checks live with the steps because they check what the steps will need (the
+architectures artifacts.py installs for, the modules system.py loads, the API server
+kubelet_auth.py finds); `aks-flex-node preflight` runs the same checks on their own.
+"""
+
 from aks_flex_node.engine.step import INSTALL, Plan, Step
+from aks_flex_node.steps.preflight import checks
 
 
 class PreflightStep(Step):
@@ -11,9 +16,9 @@ class PreflightStep(Step):
     gathers_facts = False
 
     def check(self, ctx):
-        results = preflight.run_checks(ctx, ctx.options.ignore_preflight_errors)
+        results = checks.run_checks(ctx, ctx.options.ignore_preflight_errors)
         ctx.data.preflight = results
-        preflight.raise_for(results)
+        checks.raise_for(results)
         warnings = [r for r in results if r.status in ("warning", "ignored")]
         summary = f"{len(results) - len(warnings)} check(s) passed"
         if warnings:
