@@ -28,6 +28,7 @@ from azure.mgmt.core.exceptions import ARMErrorFormat
 
 from aks_flex_node.azure.auth import azure_errors
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.kubeversion import KubeVersion, VersionError
 
 API_VERSION = "2026-05-02-preview"
 FLEX_NODES = "FlexNodes"  # AgentPoolType in the spec
@@ -38,7 +39,7 @@ ROLE_GUID = "8f139b0f-7eaf-460b-a9da-5b1246d9ed0d"
 # bootstrap-tokens/) and a bound on the body.
 TOKEN_FORM = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 MAX_BODY = 16 * 1024 * 1024
-_VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
+_VERSION = re.compile(r"^v?\d+\.\d+\.\d+$", re.ASCII)
 _HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
                    r"(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*(:\d{1,5})?$")
 # Machine PUT polling: the spec's final-state-via azure-async-operation.
@@ -161,7 +162,7 @@ def parse_bootstrap_data(doc, cluster_ref, pool, what="listBootstrapData"):
             raise bad(field, value, EXPECTED[key])
         values[key] = value
 
-    take("kubernetes_version", "components.kubernetes", _get(doc, "components", "kubernetes"), _is_version)
+    take("kubernetes_version", "components.kubernetes", _get(doc, "components", "kubernetes"), _is_kube_release)
     take("containerd_version", "components.containerd", _get(doc, "components", "containerd"), _is_version)
     take("runc_version", "components.runc", _get(doc, "components", "runc"), _is_version)
     take("cni_version", "networking.cniVersion", _get(doc, "networking", "cniVersion"), _is_version)
@@ -200,7 +201,19 @@ EXPECTED = {
 
 
 def _is_version(value):
+    """A component's version (containerd, runc, the CNI plugins): x.y.z."""
     return isinstance(value, str) and bool(_VERSION.match(value))
+
+
+def _is_kube_release(value):
+    """A Kubernetes release, as KubeVersion reads every Kubernetes version of ours."""
+    if not isinstance(value, str) or value != value.strip():
+        return False
+    try:
+        KubeVersion.parse_release(value)
+    except VersionError:
+        return False
+    return True
 
 
 def _is_ip(value):

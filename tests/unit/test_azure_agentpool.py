@@ -103,6 +103,12 @@ def _broken(doc, path, value):
      "PEM"),
     (("node", "kubelet", "caCertData"), "%%%", "node.kubelet.caCertData", "PEM"),
     (("components", "kubernetes"), "latest", "components.kubernetes", "x.y.z"),
+    # Read as KubeVersion reads every Kubernetes version: a release, ASCII digits, no blanks.
+    (("components", "kubernetes"), "1.32.7-rc.1", "components.kubernetes", "x.y.z"),
+    (("components", "kubernetes"), "1.32", "components.kubernetes", "x.y.z"),
+    (("components", "kubernetes"), "1.\u0663\u0662.7", "components.kubernetes", "x.y.z"),
+    (("components", "kubernetes"), " 1.32.7", "components.kubernetes", "x.y.z"),
+    (("components", "containerd"), "2.\u0660.4", "components.containerd", "x.y.z"),
     (("networking", "dnsServiceIP"), "10.0.0", "networking.dnsServiceIP", "IP address"),
     (("node", "maxPods"), 900, "node.maxPods", "1 to 250"),
     (("node", "maxPods"), True, "node.maxPods", "1 to 250"),
