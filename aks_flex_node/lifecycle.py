@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from aks_flex_node import config, operations, paths
+from aks_flex_node import config, paths
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.lock import writing_state
 from aks_flex_node.engine.status import INTERRUPTED, PENDING, RUNNING, StatusFile
@@ -110,6 +110,8 @@ def leave_then_join(cfg, host, progress=None, on_leave=None, lock_wait=60.0):
     """Join `cfg`'s cluster; when the node is joined to another cluster (or under another
     name), leave that one first with the identity the ledger recorded. Returns the
     bootstrap's RunResult."""
+    from aks_flex_node import operations  # `status` reads this module, and needs no step
+
     former, _ = joined(host)
     old_cluster = former.get("cluster_resource_id")
     # A new join mode is a new join too: the kubelet's credentials, the Arc machine or the
@@ -132,6 +134,8 @@ def leave(host, keep_cloud=False, progress=None, lock_wait=60.0):
     """Take the node out of the cluster the ledger names. Returns (UndoResult, summary),
     or None when nothing is joined. The config's own cluster and name give way to the
     ledger's: a hand edit must not make us undo another node's join."""
+    from aks_flex_node import operations  # as in leave_then_join
+
     # Best effort, as all of a leave (kubeadm reset): a mark that cannot be removed (a
     # directory with content in its place) must not keep the node joined.
     try:

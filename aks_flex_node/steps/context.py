@@ -5,7 +5,6 @@ import dataclasses
 from typing import FrozenSet, Optional
 
 from aks_flex_node.engine.context import Context, RunOptions
-from aks_flex_node.host.download import Downloader
 from aks_flex_node.http_policy import HttpPolicy
 from aks_flex_node.steps.join_data import JoinData
 
@@ -63,6 +62,8 @@ class JoinContext(Context):
         steps). The cache directory is made by steps/tracked.ensure_cache_dir first."""
         with self._lock:
             if self._downloader is None:
+                from aks_flex_node.host.download import Downloader  # a converged run downloads nothing
+
                 self._downloader = Downloader(self.host.path(self.config.cache_dir), policy=self.http_policy)
             return self._downloader
 

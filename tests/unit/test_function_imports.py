@@ -50,7 +50,10 @@ LIGHT_PATHS = {
     "aks_flex_node.steps.workflow": ("the phase names `bootstrap` parses its arguments with, and a run that "
                                      "needs no Azure (agent-pool tokens, unbootstrap of a Kubernetes-only node)",
                                      third_party(SDK)),
-    "aks_flex_node.lifecycle": ("`status`", third_party(SDK)),
+    "aks_flex_node.operations": ("a run that asks Azure nothing (the agent's local passes, a converged agent-pool "
+                                 "node)", third_party(SDK)),
+    "aks_flex_node.lifecycle": ("`status` (it reads status.json and the pending mark: no run, no step)",
+                                third_party(SDK, ("aks_flex_node.operations", "aks_flex_node.steps.workflow"))),
 }
 
 # (module, target) -> why it stays in a function although no light path above needs it.
@@ -63,6 +66,11 @@ EXPLAINED = {
         "a run loads only the management clients it calls (containerservice is the largest)",
     ("aks_flex_node.azure.clients", "aks_flex_node.azure.sdk_compat"):
         "the authorization client's API profile, needed with that client only",
+    ("aks_flex_node.config.loader", "aks_flex_node.config.upstream"):
+        "only the upstream agent's config.json is converted: every other load of the configuration skips the "
+        "converter's imports (make bench: converged re-run)",
+    ("aks_flex_node.steps.context", "aks_flex_node.host.download"):
+        "a converged run downloads nothing, and does not load the downloader (make bench: converged re-run)",
     ("aks_flex_node.azure.aks", "yaml"):
         "the cluster's kubeconfig is parsed only when credentials are listed: a converged run never pays for it",
     ("aks_flex_node.maintainer.debconf_channel", "debconf"):
