@@ -22,17 +22,67 @@ about 50 MB when the SDK stayed imported). So this module imports none of them a
 A child that dies (killed, crashed) is a failed pass like any other, with its exit status.
 """
 
+import dataclasses
+import enum
 import json
 import logging
 import os
 import signal
 import threading
 import time
+from typing import Optional, Tuple
 
 from aks_flex_node.errors import ConfigError, ExitCode, FlexNodeError
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 600.0
+
+
+class PassKind(enum.StrEnum):
+    OK = "ok"  # the pass converged the node
+    FAILED = "failed"  # a phase failed, or the pass could not run (its message says why)
+    CONFIG = "config"  # the configuration cannot be loaded: wait for an operator
+    IDLE = "idle"  # no join pending and nothing joined: nothing to watch
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseSeen:
+    """One phase of a pass, as the parent needs it: what changed, what could not be seen."""
+
+    name: str
+    changed: bool
+    # Whether the phase got as far as its check: one blocked by a failure tells nothing new
+    # about what it cannot observe.
+    checked: bool
+    unknown: Tuple[Tuple[str, str], ...] = ()  # (what, reason) it could not observe
+
+
+@dataclasses.dataclass(frozen=True)
+class PassOutcome:
+    """What a pass (in its child) tells the agent (the parent), over the pipe as JSON."""
+
+    kind: PassKind
+    message: str = ""
+    exit_code: int = int(ExitCode.OK)
+    applied: Tuple[Tuple[str, str], ...] = ()  # (phase, action) it applied
+    phases: Optional[Tuple[PhaseSeen, ...]] = None  # None: no bootstrap ran
+    joining: bool = False
+    cluster: str = ""
+    machine: str = ""
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, data):
+        """The outcome a child wrote; ValueError (or TypeError, KeyError) when it is not one."""
+        doc = json.loads(data)
+        phases = doc.pop("phases")
+        return cls(**dict(doc, kind=PassKind(doc["kind"]),
+                          applied=tuple(tuple(pair) for pair in doc["applied"]),
+                          phases=None if phases is None else tuple(
+                              PhaseSeen(**dict(phase, unknown=tuple(tuple(u) for u in phase["unknown"])))
+                              for phase in phases)))
 
 
 def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=1800.0,
@@ -49,15 +99,14 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
     while not stop.is_set():
         full = last_full is None or clock() - last_full >= cloud_interval
         outcome = run_in_child(lambda: one_pass(load_config, host, full, repaired))
-        kind = outcome["kind"]
-        if kind == "config":
+        if outcome.kind is PassKind.CONFIG:
             # Nothing to do until an operator fixes the file; say so and wait.
-            log.error("%s", outcome["message"])
+            log.error("%s", outcome.message)
             if once:
-                return outcome["exit_code"]
+                return outcome.exit_code
             stop.wait(interval)
             continue
-        if kind == "idle":
+        if outcome.kind is PassKind.IDLE:
             if not idle:
                 log.info("no join pending and the node is not joined: nothing to watch")
             idle = True
@@ -66,10 +115,10 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
             stop.wait(interval)
             continue
         idle = False
-        repaired = frozenset(tuple(pair) for pair in outcome.get("applied", ()))
-        if outcome.get("phases") is not None:
-            unknown.update(outcome["phases"])
-        if kind == "ok":
+        repaired = frozenset(outcome.applied)
+        if outcome.phases is not None:
+            unknown.update(outcome.phases)
+        if outcome.kind is PassKind.OK:
             _log_pass(outcome, full)
             if full:
                 last_full = clock()
@@ -78,9 +127,9 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
                 return int(ExitCode.OK)
             stop.wait(interval)
         else:
-            log.warning("bootstrap pass failed (%s); retrying in %.0f s", outcome["message"], backoff)
+            log.warning("bootstrap pass failed (%s); retrying in %.0f s", outcome.message, backoff)
             if once:
-                return outcome["exit_code"]
+                return outcome.exit_code
             last_full = None  # whatever broke, the next pass looks at everything
             stop.wait(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
@@ -89,43 +138,36 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
 
 
 def one_pass(load_config, host, full, repaired):
-    """One pass, in the child: the outcome as plain data for the parent (see run)."""
+    """One pass, in the child: its PassOutcome for the parent (see run)."""
     from aks_flex_node import lifecycle, operations
     from aks_flex_node.engine.runner import CHANGED, UNCHANGED
 
     try:
         cfg = load_config()
     except ConfigError as exc:
-        return {"kind": "config", "message": exc.message, "exit_code": int(exc.exit_code)}
+        return PassOutcome(PassKind.CONFIG, exc.message, int(exc.exit_code))
     try:
         # The agent converges a node whose join is pending (the postinst marks it) or that
         # is joined; the mark is read once a pass.
         joining = lifecycle.is_pending(host)
         if not joining and not lifecycle.joined(host)[0]:
-            return {"kind": "idle"}
+            return PassOutcome(PassKind.IDLE)
         result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
                                                 recent_repairs=repaired, refresh_pool=joining, agent=True)
     except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.
-        return {"kind": "failed", "message": exc.message, "exit_code": int(exc.exit_code)}
-    outcome = {
-        "kind": "ok" if result.ok else "failed",
-        "applied": sorted(result.applied),
-        # A phase that did not get as far as its check (blocked by a failure) is not
-        # "checked": it tells nothing new about what it cannot observe.
-        "phases": [{"name": p.name, "changed": p.status == CHANGED,
-                    "checked": p.status in (CHANGED, UNCHANGED) or bool(p.unknown),
-                    "unknown": p.unknown} for p in result.phases],
-        "joining": joining, "cluster": cfg.cluster.name, "machine": cfg.machine_name,
-    }
-    if not result.ok:
-        error = result.error
-        outcome["message"] = str(getattr(error, "message", error))
-        outcome["exit_code"] = int(getattr(error, "exit_code", ExitCode.FAILED))
-    return outcome
+        return PassOutcome(PassKind.FAILED, exc.message, int(exc.exit_code))
+    phases = tuple(PhaseSeen(p.name, p.status == CHANGED, p.status in (CHANGED, UNCHANGED) or bool(p.unknown),
+                             tuple((u["what"], u["reason"]) for u in p.unknown)) for p in result.phases)
+    error = None if result.ok else result.error
+    return PassOutcome(PassKind.OK if result.ok else PassKind.FAILED,
+                       message="" if error is None else str(getattr(error, "message", error)),
+                       exit_code=int(ExitCode.OK) if error is None else int(getattr(error, "exit_code", ExitCode.FAILED)),
+                       applied=tuple(sorted(result.applied)), phases=phases, joining=joining,
+                       cluster=cfg.cluster.name, machine=cfg.machine_name)
 
 
 def run_in_child(work):
-    """Run `work()` in a forked child and return the dict it returned. Called only between
+    """Run `work()` in a forked child and return the PassOutcome it returned. Called only between
     passes, when this process runs no other thread (fork copies just the caller's).
 
     The child finishes its pass when the agent is told to stop, as a pass in this process
@@ -141,7 +183,7 @@ def run_in_child(work):
             os.close(read_end)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: None)
-            data = json.dumps(work()).encode()
+            data = work().to_json()
             with os.fdopen(write_end, "wb") as pipe:
                 pipe.write(data)
             code = 0
@@ -156,11 +198,10 @@ def run_in_child(work):
     _pid, status = os.waitpid(pid, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         try:
-            return json.loads(data)
-        except ValueError:
+            return PassOutcome.from_json(data)
+        except (ValueError, TypeError, KeyError):
             pass
-    return {"kind": "failed", "exit_code": int(ExitCode.FAILED),
-            "message": f"the pass's process {pid} {_died(status)}"}
+    return PassOutcome(PassKind.FAILED, f"the pass's process {pid} {_died(status)}", int(ExitCode.FAILED))
 
 
 def _died(status):
@@ -177,9 +218,9 @@ def _died(status):
 def _log_pass(outcome, full):
     """A journal line for a pass that changed something (the runner logged each action);
     a converged node's passes stay quiet."""
-    changed = [phase["name"] for phase in outcome["phases"] if phase["changed"]]
-    if outcome["joining"]:
-        log.info("joined %s as %s; keeping the node converged", outcome["cluster"], outcome["machine"])
+    changed = [phase.name for phase in outcome.phases if phase.changed]
+    if outcome.joining:
+        log.info("joined %s as %s; keeping the node converged", outcome.cluster, outcome.machine)
     elif changed:
         log.info("%s pass: repaired %s", "full" if full else "local", ", ".join(changed))
 
@@ -192,10 +233,10 @@ class UnknownLog:
         self.told = set()
 
     def update(self, phases):
-        """`phases`: the pass's phases as one_pass reports them."""
-        checked = {phase["name"] for phase in phases if phase["checked"]}
-        now = {(phase["name"], item["what"], item["reason"]) for phase in phases
-               if phase["name"] in checked for item in phase["unknown"]}
+        """`phases`: the pass's PhaseSeen."""
+        checked = {phase.name for phase in phases if phase.checked}
+        now = {(phase.name, what, reason) for phase in phases
+               if phase.name in checked for what, reason in phase.unknown}
         # What an unchecked phase said before still holds.
         now |= {told for told in self.told if told[0] not in checked}
         for name, what, reason in sorted(now - self.told):
