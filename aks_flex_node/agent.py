@@ -23,7 +23,6 @@ A child that dies (killed, crashed) is a failed pass like any other, with its ex
 """
 
 import dataclasses
-import enum
 import json
 import logging
 import os
@@ -33,12 +32,13 @@ import time
 from typing import Optional, Tuple
 
 from aks_flex_node.errors import ConfigError, ExitCode, FlexNodeError
+from aks_flex_node.words import WordEnum
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 600.0
 
 
-class PassKind(enum.StrEnum):
+class PassKind(WordEnum):
     OK = "ok"  # the pass converged the node
     FAILED = "failed"  # a phase failed, or the pass could not run (its message says why)
     CONFIG = "config"  # the configuration cannot be loaded: wait for an operator

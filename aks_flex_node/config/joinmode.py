@@ -14,22 +14,14 @@ not change during a run (engine/context.py: `ctx.mode`). Stdlib only: the token 
 may import it.
 """
 
-import enum
+from aks_flex_node.words import WordEnum
 
 
-class JoinMode(str, enum.Enum):
-    # A str so that the configuration's value, JSON and debconf carry it as the word the
-    # operator wrote; __str__ and __format__ say so on every Python we run on (3.10 to
-    # 3.14: format() of a str mix-in changed in 3.12).
+class JoinMode(WordEnum):
+    # The configuration's value, JSON and debconf carry it as the word the operator wrote.
     ARC = "arc"
     AGENT_POOL = "agent-pool"
     BOOTSTRAP_TOKEN = "bootstrap-token"
-
-    def __str__(self):
-        return self.value
-
-    def __format__(self, spec):
-        return format(self.value, spec)
 
     @property
     def tls_bootstrap(self):

@@ -1,18 +1,17 @@
 """The kinds of the ledger's entries: one typed definition, owned by the steps that record
 them (engine/ledger.py is told which kinds there are and knows none of them).
 
-A `Kind` is a str (enum.StrEnum): it is written to the ledger as the same word earlier
+A `Kind` is a str (words.WordEnum): it is written to the ledger as the same word earlier
 releases wrote, compares equal to the word read back, and shows as the word in messages.
 What undo does with each: docs/design.md, "What undo removes, by ledger kind".
 """
 
-import enum
-
 from aks_flex_node import paths
 from aks_flex_node.engine.ledger import Ledger
+from aks_flex_node.words import WordEnum
 
 
-class Kind(enum.StrEnum):
+class Kind(WordEnum):
     FILE = "file"  # with `backup` when it existed before us, `link` when a symlink we made
     DIR = "dir"  # removed only when empty
     PARENT_DIR = "parent_dir"  # made above a path of ours; removed only when empty
