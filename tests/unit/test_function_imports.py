@@ -27,6 +27,8 @@ def ours_beyond(*allowed, stdlib=()):
 
 
 def third_party(names, and_ours=()):
+    """A path that may load none of the third-party packages `names`, nor our modules
+    under the prefixes `and_ours`."""
     def forbids(module):
         if module.startswith("aks_flex_node"):
             return module.startswith(and_ours) if and_ours else False
