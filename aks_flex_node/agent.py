@@ -158,12 +158,12 @@ def one_pass(load_config, host, full, repaired):
         return PassOutcome(PassKind.FAILED, exc.message, int(exc.exit_code))
     phases = tuple(PhaseSeen(p.name, p.status == CHANGED, p.status in (CHANGED, UNCHANGED) or bool(p.unknown),
                              tuple((u["what"], u["reason"]) for u in p.unknown)) for p in result.phases)
-    error = None if result.ok else result.error
-    return PassOutcome(PassKind.OK if result.ok else PassKind.FAILED,
-                       message="" if error is None else str(getattr(error, "message", error)),
-                       exit_code=int(ExitCode.OK) if error is None else int(getattr(error, "exit_code", ExitCode.FAILED)),
-                       applied=tuple(sorted(result.applied)), phases=phases, joining=joining,
-                       cluster=cfg.cluster.name, machine=cfg.machine_name)
+    kind, message, exit_code = PassKind.OK, "", int(ExitCode.OK)
+    if not result.ok:
+        kind, message = PassKind.FAILED, str(getattr(result.error, "message", result.error))
+        exit_code = int(getattr(result.error, "exit_code", ExitCode.FAILED))
+    return PassOutcome(kind, message, exit_code, applied=tuple(sorted(result.applied)), phases=phases,
+                       joining=joining, cluster=cfg.cluster.name, machine=cfg.machine_name)
 
 
 def run_in_child(work):

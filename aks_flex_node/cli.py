@@ -144,9 +144,9 @@ def cmd_status(args):
 
 
 def cmd_preflight(args):
-    from aks_flex_node.steps.preflight import checks as preflight
-    from aks_flex_node.steps.kinds import open_ledger
     from aks_flex_node.steps.context import JoinContext
+    from aks_flex_node.steps.kinds import open_ledger
+    from aks_flex_node.steps.preflight import checks as preflight
 
     ignored = preflight.parse_ignored(args.ignore_preflight_errors)
     cfg = load_config(args)

@@ -64,7 +64,6 @@ def joined(host):
 
 def live_system_blocker(host):
     """Why no join can run on this system now (image build, chroot, no systemd), or None."""
-
     if not host.is_live:
         if os.environ.get(HOST_BIN_ENV):
             return None  # tests: stand-ins for the live-system commands
@@ -241,7 +240,6 @@ def report_leave(outcome, out=None):
 def last_status(host):
     """status.json as it stands (a killed run's "running" reads as "interrupted"), or what
     an untouched node says."""
-
     return StatusFile(host).current() or {"state": "unjoined", "message": "no bootstrap has run on this node"}
 
 
@@ -251,7 +249,6 @@ def wait_for_outcome(host, timeout, poll=0.5):
     that was interrupted (killed: its record says "running" but nobody holds the run lock)
     is an outcome too, returned at once: waiting would only wait out `timeout`.
     TemporaryError when `timeout` seconds pass first, with the last attempt's error."""
-
     status_file = StatusFile(host)
     deadline = time.monotonic() + timeout
     while True:

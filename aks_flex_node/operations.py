@@ -17,10 +17,10 @@ from aks_flex_node.errors import ExitCode, FlexNodeError
 from aks_flex_node.kube import drain as node_drain
 from aks_flex_node.steps.context import JoinContext, JoinOptions
 from aks_flex_node.steps.join_data import JoinData
+from aks_flex_node.steps.kinds import open_ledger
 from aks_flex_node.steps.kubernetes import UPGRADE_ID, UPGRADE_KIND, active_version
 from aks_flex_node.steps.migrations import bootstrap_migrations
 from aks_flex_node.steps.workflow import bootstrap_steps, unbootstrap_steps
-from aks_flex_node.steps.kinds import open_ledger
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,6 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     `agent`: the run is the agent's (a kubelet upgrade waits for upgrade_window); `upgrade`:
     `aks-flex-node upgrade` asked for it (a version whose upgrade failed is tried again).
     """
-
     with RunLock(host, "bootstrap", wait=lock_wait):
         ledger = open_ledger(host)
         cached = ledger.joined.get("facts") if local_only or not refresh_pool else None
@@ -117,7 +116,6 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
     removed (each with why), for the operator to clean; a dry run changes nothing.
     `drain`: cordon and drain the Node before it is deleted, within `drain_timeout` seconds
     (default drain.UNBOOTSTRAP_TIMEOUT); False: the Node is deleted with its pods."""
-
     started = time.time()
     with RunLock(host, "unbootstrap", wait=lock_wait):
         ledger = open_ledger(host)
@@ -145,7 +143,6 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
 
 def _kubelet_summary(host, ledger):
     """The active kubelet version, and the upgrade under way or the last one that failed."""
-
     out = {"active": active_version(host)}
     record = ledger.get(UPGRADE_KIND, UPGRADE_ID)
     if record is not None:

@@ -92,13 +92,12 @@ def wait_for_identity(clients, subscription_id, resource_group, name, timeout=ID
     The agent creates the resource and Azure adds the identity shortly after; a bounded
     exponential backoff (1, 2, 4, 8, 15, 15 ... s) within `timeout` seconds.
     """
-
-    _NO_MACHINE = "no Arc machine resource"
+    no_machine = "no Arc machine resource"
 
     def probe():
         machine = get_machine(clients, subscription_id, resource_group, name)
         if machine is None:
-            return False, _NO_MACHINE
+            return False, no_machine
         if machine.principal_id:
             return True, machine
         return False, f"machine {machine.id} with status {machine.status}, no identity principalId yet"
@@ -107,7 +106,7 @@ def wait_for_identity(clients, subscription_id, resource_group, name, timeout=ID
         return TemporaryError(
             f"Arc machine {resource_group}/{name} has no managed identity after {timeout:g}s; last seen: {last_seen}",
             remedy="check `azcmagent show` and the machine in the Azure portal, then run bootstrap again",
-            code="arc-machine-absent" if last_seen == _NO_MACHINE else "no-identity",
+            code="arc-machine-absent" if last_seen == no_machine else "no-identity",
         )
 
     return poll(probe, timeout=timeout, delay=first_delay, max_delay=max_delay, give_up=give_up,

@@ -183,7 +183,6 @@ def _discovery_cannot_be_off(authority):
     the answer `invalid_instance` that Entra ID gives for a host it does not know (msal
     1.17.0's msal/authority.py, Authority.__init__); off the public internet it cannot ask
     at all. Refused here, before any request, instead of after a round trip."""
-
     version = getattr(azure.identity, "__version__", "?")
     return AuthError(
         f"authority = {authority!r}: this azure-identity ({version}) cannot turn off MSAL's instance "

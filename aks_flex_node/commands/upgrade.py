@@ -56,19 +56,22 @@ def versions(client, node_name, configured, to=None):
     else:
         raise FlexNodeError(f"the kubelet version of node {node_name} is not known: the Node reports none and "
                             "kubernetes_version is empty", remedy="aks-flex-node status; kubectl get node")
-    if to is not None:
-        target = parse_version(to, "--to")
-        if target.patch is None:
-            raise UsageError(f"--to = {to!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
-    else:
-        target = apiserver.without_suffix
+    target = wanted_target(to) if to is not None else apiserver.without_suffix
     return Versions(apiserver, current, current_from, target)
+
+
+def wanted_target(to):
+    """`--to` as a KubeVersion with its patch (a minor line names no release); UsageError
+    naming --to otherwise."""
+    target = parse_version(to, "--to")
+    if target.patch is None:
+        raise UsageError(f"--to = {to!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
+    return target
 
 
 def node_client(cfg, host):
     """A KubeClient as the node (the kubelet's credential path), to the API server the
     kubeconfig bootstrap wrote names."""
-
     ctx = JoinContext(cfg, host, open_ledger(host))
     auth = kubelet_auth.for_mode(ctx.mode)
     ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(host, auth)
@@ -113,7 +116,6 @@ def plan(cfg, host, to=None):
     """The UpgradePlan of this node as configured: asked of its API server as the node, the
     target `--to` (or the configuration's, or the API server's), and whether the ledger
     records an upgrade under way (steps/kubernetes.py owns that record)."""
-
     target = target_of(cfg, to)  # a bad --to is refused before anything is asked of the cluster
     return run(node_client(cfg, host), cfg.machine_name, cfg.kubernetes_version, to=target,
                drain_timeout=cfg.upgrade_drain_timeout, ready_timeout=cfg.node_ready_timeout,
@@ -126,9 +128,7 @@ def target_of(cfg, to):
     or None: the API server's (follow the cluster)."""
     pinned = cfg.kubernetes_version
     if to is not None:
-        wanted = parse_version(to, "--to")
-        if wanted.patch is None:
-            raise UsageError(f"--to = {to!r}: expected a Kubernetes version MAJOR.MINOR.PATCH such as 1.31.2")
+        wanted = wanted_target(to)
         if pinned and parse_version(pinned, "kubernetes_version") != wanted:
             raise UsageError(
                 f"--to = {to!r}: kubernetes_version = {pinned} in {cfg.source} pins this node's kubelet, and "

@@ -76,7 +76,6 @@ def load_upstream_json(path, root="/", overrides=None):
     them, are held in memory only (Config.client_secret(), bootstrap_token(), cluster_ca());
     conversion warnings are in Config.warnings.
     """
-
     # Only here: every other load skips the converter's imports (make bench: converged re-run).
     from aks_flex_node.config import upstream as upstream_config
 

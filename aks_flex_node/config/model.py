@@ -194,7 +194,6 @@ class Config(Mapping):
         """This configuration with `values` (key -> typed value: an agent pool's bootstrap
         data) in place of its own, each checked as the file's value would be. ConfigError
         naming the key, the origin, the value and what is expected when one fails."""
-
         checker, checked, problems = spec.validator(), {}, []
         for key, value in values.items():
             text = serialize(key, value)

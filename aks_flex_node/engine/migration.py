@@ -57,6 +57,11 @@ class MigrationResult:
         return out
 
 
+def failed(results):
+    """The first MigrationResult of `results` that failed, or None."""
+    return next((m for m in results if m.status == FAILED), None)
+
+
 def run_migrations(migrations, ctx, *, dry_run=False):
     """Run each of `migrations` that has something pending, in order; stop at the first
     that fails (what follows may build on it). Returns [MigrationResult]."""
@@ -69,7 +74,7 @@ def run_migrations(migrations, ctx, *, dry_run=False):
                 continue
             if dry_run:
                 if migration.ledger_only:
-                    if not getattr(ctx.ledger, "is_detached", False):
+                    if not ctx.ledger.is_detached:
                         ctx.ledger = ctx.ledger.detached()
                     migration.apply(ctx)
                 results.append(MigrationResult(migration.name, PENDING, what))

@@ -88,7 +88,7 @@ class RunResult:
 
     @property
     def failed_migration(self):
-        return next((m for m in self.migrations if m.status == mg.FAILED), None)
+        return mg.failed(self.migrations)
 
     @property
     def ok(self):
@@ -161,7 +161,7 @@ class Runner:
                                        message="skipped (not selected)") for s in self.steps}
         migrated = mg.run_migrations(self.migrations, self.ctx,
                                      dry_run=self.dry_run or self.ctx.dry_run)
-        failed_migration = next((m for m in migrated if m.status == mg.FAILED), None)
+        failed_migration = mg.failed(migrated)
         if failed_migration is not None:
             for step in schedule:
                 results[step.name].status = BLOCKED

@@ -53,6 +53,9 @@ def read(path, max_bytes, *, private=False, owners=None, follow=False):
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise Unsafe("is a symlink: expected a regular file", err=err.errno, code="symlink") from None
+        if err.errno == errno.ENXIO:  # what opening a socket (or a device without a driver) answers
+            raise Unsafe("expected a regular file (it is a socket or a device)", err=err.errno,
+                         code="not-regular") from None
         raise Unsafe(f"cannot open it ({err.strerror})", err=err.errno, code="cannot-open") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):  # (a directory's descriptor cannot even be a file object)

@@ -136,7 +136,6 @@ def render_config(channel, output, root, secret, text, secret_file_ok=True):
     of the current file's `text` (its other keys, comments and hand edits stay; None or
     empty: the shipped default); put a new client secret in its own 0600 file. With
     `secret_file_ok` false, the secret's file (something in its way) is not touched."""
-
     host = Host(root)
     # An empty or missing file starts again from the shipped default, with every key.
     base = text.encode("utf-8") if text else (

@@ -6,7 +6,6 @@ block the script, and dpkg's lock with it), and every problem becomes a BadFile,
 the postinst shows as a debconf note naming the file and what to do.
 """
 
-import errno
 import os
 
 from aks_flex_node import paths
@@ -40,9 +39,10 @@ def _aside(path):
 
 def dir_problem(host, node_path):
     """Why the directory at node path `node_path` cannot hold our files, or None."""
-    if host.is_dir(node_path) or host.kind(node_path) is None:
+    kind = host.kind(node_path)
+    if kind is None or host.is_dir(node_path):
         return None
-    if host.kind(node_path) == "link":
+    if kind == "link":
         return f"a symbolic link to {host.read_link(node_path)}, which is not a directory"
     return "a file, not a directory"
 
@@ -76,7 +76,7 @@ def _unreadable(host, node_path, unsafe, required):
         if host.kind(node_path) == "link":
             return f"a symbolic link to {host.read_link(node_path)}, which does not exist"
         return "it does not exist" if required else None
-    if unsafe.code == "not-regular" or unsafe.errno == errno.ENXIO:  # ENXIO: opening a socket
+    if unsafe.code == "not-regular":
         return ("a directory, not a file" if host.is_dir(node_path)
                 else "not a regular file (a FIFO, a socket or a device)")
     if unsafe.code == "too-large":
@@ -123,7 +123,6 @@ def secret_problems(host, text):
 def state_problems(host):
     """BadFiles among the state the join reads: its directory, the pending mark, the
     ledger (read as the library reads it) and status.json."""
-
     problem = dir_problem(host, paths.STATE_DIR)
     if problem:
         return [BadFile(paths.STATE_DIR, problem, f"{_aside(paths.STATE_DIR)}, {REDO}")]

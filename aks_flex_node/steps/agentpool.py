@@ -64,7 +64,6 @@ def overlay(cfg, pool_values):
 def recorded_overlay(cfg, host):
     """`cfg` with the pool's values the last full run recorded laid over it (agent-pool
     mode; `config show`), or `cfg` itself when there are none."""
-
     if cfg.mode is not JoinMode.AGENT_POOL:
         return cfg
     try:
@@ -157,7 +156,6 @@ def _configured_server(cfg, data):
 def token_accepted(ctx, token):
     """Whether the API server authenticates the bootstrap token `token` (unknown, expired or
     deleted: it does not)."""
-
     return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, token_provider=lambda: token,
                            policy=ctx.http_policy).authenticates()
 
@@ -173,7 +171,6 @@ def _reusable_token(ctx):
 def _require_accepted(ctx, token):
     """The operator's token (bootstrap_token_file), which the kubelet is about to need: an
     AuthError naming the file and what to do when the API server refuses it."""
-
     if token_accepted(ctx, token):
         return
     cfg = ctx.operator_config

@@ -122,7 +122,6 @@ def token_needed(host):
 def node_token(ctx):
     """The node identity's token for the API server, fetched from HIMDS once per run and
     reused while it has TOKEN_MARGIN seconds left."""
-
     cached = ctx.data.node_token
     if cached is None or cached.expires_on - time.time() < TOKEN_MARGIN:
         cfg = ctx.config

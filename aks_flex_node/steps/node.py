@@ -117,7 +117,6 @@ class NodeReadyStep(Step):
         kubelet delete Node objects since Kubernetes 1.13 (kubernetes/kubernetes#71021;
         kubernetes.io/docs/reference/access-authn-authz/node/). Then the Node is left to the
         cluster, and the report says so and what an admin runs."""
-
         name, auth = entry["id"], kubelet_auth.for_record(entry)
         ctx.data.server, ctx.data.ca_pem = kubelet_auth.api_server_of(ctx.host, auth)
         client = auth.client(ctx)

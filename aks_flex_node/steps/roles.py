@@ -12,7 +12,6 @@ Wanted = collections.namedtuple("Wanted", "role_name role_guid scope")
 
 def wanted_roles(cfg):
     """The preset's roles with their scopes resolved (every preset role is at the cluster)."""
-
     return [Wanted(r.name, r.guid, cfg.cluster.resource_id) for r in roles.preset(cfg.role_preset)]
 
 

@@ -16,11 +16,11 @@ from aks_flex_node.errors import FlexNodeError, PreflightError, TemporaryError, 
 from aks_flex_node.host.azcmagent import Azcmagent
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
-from aks_flex_node.steps.preflight import reachability
 from aks_flex_node.steps import kubelet_auth
 from aks_flex_node.steps.artifacts import ARCHES
 from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import CA_PATH
+from aks_flex_node.steps.preflight import reachability
 from aks_flex_node.steps.system import MODULES
 
 ERROR = "error"
@@ -315,7 +315,6 @@ CHECK_NAMES = tuple(name for name, _check, _modes in CHECKS)
 
 def parse_ignored(value):
     """--ignore-preflight-errors: a comma list of check names, or `all`."""
-
     names = {n.strip() for n in (value or "").split(",") if n.strip()}
     unknown = names - set(CHECK_NAMES) - {"all"}
     if unknown:
@@ -337,7 +336,6 @@ def run_checks(ctx, ignored=()):
     """Every check, at once: each only reads, and most of the time goes to waiting on an
     endpoint (HIMDS, ARM, the API server), so the whole costs about the slowest check. The
     results keep CHECKS' order."""
-
     with ThreadPoolExecutor(max_workers=len(CHECKS), thread_name_prefix="preflight") as pool:
         findings = list(pool.map(lambda item: _finding(item[1], item[2], ctx), CHECKS))
     results = []
