@@ -183,7 +183,23 @@ def revision():
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
 
 
-def document(results, wall):
+# Where the hand-written part of docs/reliability.md begins: what each class of hostile input
+# gets is prose, not a table this run makes, so a run keeps it as it found it.
+KEPT_FROM = "\n## Hostile inputs"
+
+
+def kept_part(path=DOC):
+    """The hand-written tail of the document at `path` ("" when it has none)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    at = text.find(KEPT_FROM)
+    return text[at:] if at >= 0 else ""
+
+
+def document(results, wall, kept=""):
     failed = [r for r in results if not r.ok]
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
@@ -194,10 +210,11 @@ def document(results, wall):
         "subset runs in `make test` on Debian's stack (tests/integration/test_faults.py).\n\n"
         f"Run: {date}, revision `{revision()}`, {len(results)} cells in {wall:.0f} s, "
         f"{len(failed)} failed.\n\n"
-        + table(results) + "\n\n## Columns\n\n" + EXPLAIN)
+        + table(results) + "\n\n## Columns\n\n" + EXPLAIN + kept)
 
 
 def write_document(results, wall, path=DOC):
+    kept = kept_part(path)
     with open(path, "w") as f:
-        f.write(document(results, wall))
+        f.write(document(results, wall, kept))
     return path

@@ -79,3 +79,18 @@ def test_the_judge_flags_half_written_and_differing_files_only():
     matrix.evaluate(r, ref)
     assert r.corrupted == ["/etc/b (differs from the clean run)", "/etc/b (half-written while failing: 1 bytes)"]
     assert any(n.startswith("stray 1: /etc/.c.abc.tmp") for n in r.notes), r.notes
+
+
+def test_a_new_table_keeps_the_hand_written_hostile_inputs_section(tmp_path):
+    """`make faults` rewrites docs/reliability.md's table; the prose after it that says what
+    each class of hostile input gets is not the run's to drop."""
+    doc = tmp_path / "reliability.md"
+    doc.write_text("# old table\n\n| a |\n\n## Hostile inputs\n\nA bomb is refused.\n")
+    result = cells.CellResult("endpoint", "arm 429", "429 x3")
+    matrix.write_document([result], 1.0, path=str(doc))
+    text = doc.read_text()
+    assert "| endpoint: arm 429 |" in text and "| a |" not in text
+    assert text.endswith("\n## Hostile inputs\n\nA bomb is refused.\n")
+    doc.unlink()
+    matrix.write_document([result], 1.0, path=str(doc))
+    assert "## Hostile inputs" not in doc.read_text()
