@@ -11,6 +11,10 @@ A rule (POST /_emulator/faults takes a list):
   only "hold": true (answer normally once the test lets it go: DELETE /_emulator/faults or a
   reset releases every held request; a gate for "the run is inside this request now", where a
   delay would be a time the test races). "delay" and "hold" combine with the others.
+  "set": {"properties.currentKubernetesVersion": "1.30.4/x"} answers normally with those
+  fields of the JSON body replaced (a dotted path; a segment of digits indexes a list;
+  missing objects are created): a hostile or broken service's value in an otherwise
+  well-formed answer.
 `times` (default: unlimited) counts matches; a rule is removed once used up. Rules are
 tried in order; the first match wins. The admin API itself is never faulted.
 """
@@ -22,7 +26,7 @@ from tests.emulator.httpbase import Response
 
 SERVERS = ("any", "arm", "entra", "himds", "apiserver", "artifacts")
 _MATCH_KEYS = {"method", "path_regex", "query_regex", "server", "times"}
-_RULE_KEYS = {"match", "respond", "delay", "hold", "drop", "corrupt", "truncate"}
+_RULE_KEYS = {"match", "respond", "delay", "hold", "drop", "corrupt", "truncate", "set"}
 
 
 class FaultError(ValueError):
@@ -69,19 +73,22 @@ def validate(rules):
         if "times" in match and not (isinstance(match["times"], int) and not isinstance(match["times"], bool)
                                      and match["times"] > 0):
             problems.append(f"{at}.match.times = {match['times']!r}: expected a positive integer")
-        actions = [k for k in ("respond", "drop", "corrupt") if rule.get(k) not in (None, False)]
+        actions = [k for k in ("respond", "drop", "corrupt", "set") if rule.get(k) not in (None, False)]
         if "truncate" in rule:  # 0 bytes is a truncation too (headers only)
             actions.append("truncate")
         if len(actions) > 1:
             problems.append(f"{at}: {' and '.join(actions)} exclude each other; give one")
         if not actions and "delay" not in rule and not rule.get("hold"):
-            problems.append(f"{at}: nothing to do; expected one of respond, drop, corrupt, truncate, delay, hold")
+            problems.append(f"{at}: nothing to do; expected one of respond, drop, corrupt, truncate, set, delay, hold")
         if "delay" in rule and not (isinstance(rule["delay"], (int, float)) and not isinstance(rule["delay"], bool)
                                     and 0 <= rule["delay"] <= 300):
             problems.append(f"{at}.delay = {rule['delay']!r}: expected seconds between 0 and 300")
         if "truncate" in rule and not (isinstance(rule["truncate"], int) and not isinstance(rule["truncate"], bool)
                                        and rule["truncate"] >= 0):
             problems.append(f"{at}.truncate = {rule['truncate']!r}: expected a number of bytes (0 or more) to send")
+        if "set" in rule and not (isinstance(rule["set"], dict) and rule["set"]
+                                  and all(isinstance(k, str) and k and "" not in k.split(".") for k in rule["set"])):
+            problems.append(f"{at}.set = {rule['set']!r}: expected an object of dotted.field.path: new value")
         for key in ("drop", "corrupt", "hold"):
             if key in rule and not isinstance(rule[key], bool):
                 problems.append(f"{at}.{key} = {rule[key]!r}: expected true or false")
@@ -143,3 +150,29 @@ def corrupt(body):
     for i in range(0, len(damaged), max(1, len(damaged) // 16)):
         damaged[i] ^= 0xFF
     return bytes(damaged)
+
+
+def set_fields(body, fields):
+    """The JSON `body` with each dotted path in `fields` set to its value; the body as it was
+    when it is not JSON (the rule then changes nothing: what the test sees says so)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    for path, value in fields.items():
+        *parents, last = path.split(".")
+        node = doc
+        for part in parents:
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict):
+                node = node.setdefault(part, {})
+            else:
+                return body
+        if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+            node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            return body
+    return json.dumps(doc).encode()

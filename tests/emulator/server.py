@@ -214,6 +214,8 @@ class App:
             response.body = faults.corrupt(response.body)
         if rule is not None and "truncate" in rule:
             response.truncate = rule["truncate"]
+        if rule is not None and rule.get("set"):
+            response.body = faults.set_fields(response.body, rule["set"])
         if req.kind == "arm":
             for key, value in arm.common_headers(req, state).items():
                 response.headers.setdefault(key, value)
@@ -247,7 +249,7 @@ def _fault_name(rule):
         return None
     if "truncate" in rule:
         return "truncate"
-    for key in ("respond", "corrupt", "drop"):
+    for key in ("respond", "corrupt", "drop", "set"):
         if rule.get(key):
             return key
     return "hold" if rule.get("hold") and not rule.get("delay") else "delay"
