@@ -20,7 +20,7 @@ import stat
 import sys
 import time
 
-from aks_flex_node import paths
+from aks_flex_node import access_token, paths
 from aks_flex_node.errors import ExitCode, FlexNodeError
 
 # client-go compares the expiry with no skew margin (kubernetes/client-go,
@@ -241,28 +241,61 @@ class TokenCache:
             raw = careful_read.read(self.path, 65536, private=True, owners=(os.geteuid(),))
         except careful_read.Unsafe:
             return None
-        try:
+        try:  # checked as HIMDS's answer is (access_token.py): anything else is a miss
             entry = json.loads(raw)
-            token = CachedToken(str(entry["access_token"]), int(entry["expires_on"]))
-        except (ValueError, KeyError, TypeError):  # not ours to use: fetch anew
+            token = CachedToken(access_token.access_token(entry["access_token"]),
+                                access_token.expiry(access_token.seconds(entry["expires_on"], "expires_on"), now))
+        except (ValueError, KeyError, TypeError):  # not ours to use (BadTokenField is a ValueError): fetch anew
             return None
         if entry.get("resource") != resource or token.expires_on - now <= EARLY_EXPIRY_SECONDS:
             return None
         return token
 
-    def store(self, resource, token):
-        from aks_flex_node.host import fs
-
+    def _private_dir(self):
+        """The cache's directory, created 0700; False when someone else could swap files in it."""
         directory = os.path.dirname(self.path)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         info = os.lstat(directory)
-        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        return info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+    def store(self, resource, token):
+        from aks_flex_node.host import fs
+
+        if not self._private_dir():
             # Someone else could swap the file under us: do without a cache.
             return False
         body = json.dumps({"resource": resource, "access_token": token.access_token,
                            "expires_on": token.expires_on}).encode()
         fs.write_file(self.path, body, 0o600)  # atomic; the temp file is 0600 from the start
         return True
+
+    def single_flight(self, wait):
+        """The minting lock (a descriptor to give to `done`), or None to mint without it.
+
+        Many cold calls at once (a node's kubelet and the tools that share its kubeconfig,
+        right after a boot) would each ask HIMDS for a token: the first takes an flock on
+        `<cache>.lock` and mints, the others wait for it and then read the cache it wrote.
+        A lock we cannot use (a link or a FIFO planted there, a directory others can
+        write), or one still held after `wait` seconds, costs only the single flight."""
+        from aks_flex_node.host import lock_file
+
+        try:
+            if not self._private_dir():
+                return None
+            fd = lock_file.open_private(self.path + ".lock")
+        except (OSError, lock_file.Unsafe):
+            return None
+        if lock_file.hold(fd, wait):
+            return fd
+        lock_file.release(fd)
+        return None
+
+    @staticmethod
+    def done(lock):
+        if lock is not None:
+            from aks_flex_node.host import lock_file
+
+            lock_file.release(lock)
 
 
 def _parser():
@@ -276,31 +309,45 @@ def _parser():
 
 
 def get_token(root, config_path=None, now=None):
-    """The token to hand out: the cached one while it lasts, else a new one from HIMDS.
+    """The token to hand out: the cached one while it lasts, else a new one from HIMDS, minted
+    once however many calls miss the cache together (TokenCache.single_flight).
     The configuration is read only for a new token: a cache hit costs no configobj import."""
-    now = int(time.time()) if now is None else now
+    clock_now = (lambda: int(time.time())) if now is None else (lambda: now)
     node = paths.Paths(root)
     cache = TokenCache(str(node.real(paths.TOKEN_CACHE)))
-    token = cache.load(AKS_RESOURCE, now)
-    if token is None:
-        from aks_flex_node.azure import himds
+    token = cache.load(AKS_RESOURCE, clock_now())
+    if token is not None:
+        return token
+    # A minting call ends by HIMDS_BUDGET (plus one request's time): wait a little longer.
+    lock = cache.single_flight(wait=HIMDS_BUDGET + 15)
+    try:
+        token = cache.load(AKS_RESOURCE, clock_now())  # the holder we waited for wrote it
+        if token is None:
+            token = _mint(cache, root, config_path, node)
+    finally:
+        cache.done(lock)
+    return token
 
-        settings = read_settings(config_path or str(node.real(paths.CONFIG)),
-                                 required=config_path is not None, root=root)
-        token = himds.get_token(
-            settings["himds_endpoint"],
-            AKS_RESOURCE,
-            settings["himds_key_dir"],
-            root=root,
-            budget=HIMDS_BUDGET,
-        )
-        try:
-            cache.store(AKS_RESOURCE, token)
-        except (OSError, FlexNodeError) as err:
-            # A read-only or full disk must not stop the kubelet from getting its token: the
-            # cache only saves a HIMDS round trip (host.fs reports a failed write as HostFileError).
-            why = getattr(err, "message", None) or err.strerror or str(err)
-            print(f"aks-flex-node token: warning: cannot cache the token in {cache.path}: {why}", file=sys.stderr)
+
+def _mint(cache, root, config_path, node):
+    from aks_flex_node.azure import himds
+
+    settings = read_settings(config_path or str(node.real(paths.CONFIG)),
+                             required=config_path is not None, root=root)
+    token = himds.get_token(
+        settings["himds_endpoint"],
+        AKS_RESOURCE,
+        settings["himds_key_dir"],
+        root=root,
+        budget=HIMDS_BUDGET,
+    )
+    try:
+        cache.store(AKS_RESOURCE, token)
+    except (OSError, FlexNodeError) as err:
+        # A read-only or full disk must not stop the kubelet from getting its token: the
+        # cache only saves a HIMDS round trip (host.fs reports a failed write as HostFileError).
+        why = getattr(err, "message", None) or err.strerror or str(err)
+        print(f"aks-flex-node token: warning: cannot cache the token in {cache.path}: {why}", file=sys.stderr)
     return token
 
 

@@ -57,7 +57,8 @@ class HimdsStandIn:
                 if auth != f"Basic {standin.key}":
                     return self._reply(401, {"error": "invalid_client", "error_description": "bad key"})
                 body = standin.body if standin.body is not None else {
-                    "access_token": "tok-" + query.get("resource", ""),
+                    # A bearer token's characters only (RFC 6750 b64token): a resource URL's ':' is not one.
+                    "access_token": "tok-" + urllib.parse.quote(query.get("resource", ""), safe="").replace("%", "_"),
                     "expires_in": "3599",
                     "expires_on": str(int(time.time()) + 3599),
                     "resource": query.get("resource"),

@@ -32,6 +32,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from aks_flex_node import access_token
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.host import careful_read
 from aks_flex_node.http_policy import is_loopback
@@ -241,29 +242,34 @@ def _error_detail(body):
 
 
 def parse_token(body, now=None):
-    """IMDS JSON -> Token. IMDS sends numbers as strings ("expires_in": "3599" in the sample
-    response of "How to use managed identities for Azure resources on an Azure VM to acquire
-    an access token", learn.microsoft.com, how-to-use-vm-token)."""
+    """IMDS JSON -> Token, every field we use checked (access_token.py says what a token and
+    its expiry may be): a bad one is a HimdsError naming the field and the value, raised
+    before anything is cached or formatted. IMDS sends numbers as strings ("expires_in":
+    "3599" in the sample response of "How to use managed identities for Azure resources on
+    an Azure VM to acquire an access token", learn.microsoft.com, how-to-use-vm-token)."""
     try:
         payload = json.loads(body)
     except ValueError:
         raise HimdsError("HIMDS answered 200 with a body that is not JSON") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str) or not payload["access_token"]:
+    if not isinstance(payload, dict) or payload.get("access_token") in (None, ""):
         raise HimdsError("HIMDS answered 200 without an access_token")
     now = int(time.time()) if now is None else now
     try:
+        token = access_token.access_token(payload["access_token"])
         if payload.get("expires_on") not in (None, ""):
-            expires_on = int(float(payload["expires_on"]))
+            expires_on = access_token.expiry(access_token.seconds(payload["expires_on"], "expires_on"), now)
         elif payload.get("expires_in") not in (None, ""):
-            expires_on = now + int(float(payload["expires_in"]))
+            lifetime = access_token.seconds(payload["expires_in"], "expires_in")
+            expires_on = access_token.expiry(now + lifetime, now, "expires_in")
         else:
             raise HimdsError("HIMDS answered 200 without expires_on or expires_in", code="token-without-expiry")
-    except (TypeError, ValueError):
-        raise HimdsError(
-            f"HIMDS token expiry expires_on = {payload.get('expires_on')!r}, "
-            f"expires_in = {payload.get('expires_in')!r}: expected whole seconds"
-        ) from None
-    return Token(payload["access_token"], expires_on)
+    except access_token.BadTokenField as bad:
+        error = HimdsError(f"HIMDS token answer field {bad}", code="bad-token-field",
+                           remedy="HIMDS (himdsd) answered with a token no Entra issuer makes: check "
+                                  "`azcmagent show` and whether something else listens on the HIMDS port")
+        error.field = bad.field
+        raise error from None
+    return Token(token, expires_on)
 
 
 def retry_after(headers, default):

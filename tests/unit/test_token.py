@@ -90,7 +90,9 @@ def test_cache_is_reused_and_is_root_only(node):
     cache = node.root / "var/lib/aks-flex-node/token-cache.json"
     assert stat.S_IMODE(cache.stat().st_mode) == 0o600
     assert stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
-    assert [p.name for p in cache.parent.iterdir()] == ["token-cache.json"]  # no temp files left
+    # No temp files left; the single flight's lock stays (removing it would race a waiter), 0600.
+    assert sorted(p.name for p in cache.parent.iterdir()) == ["token-cache.json", "token-cache.json.lock"]
+    assert stat.S_IMODE((cache.parent / "token-cache.json.lock").stat().st_mode) == 0o600
 
 
 def test_cache_with_five_minutes_or_less_left_is_not_used(node):
@@ -404,3 +406,104 @@ def test_a_cache_hit_gives_the_identical_credential_and_imports_only_what_it_use
              "aks_flex_node.strictmodes", "aks_flex_node.host.fs", "aks_flex_node.http_policy", "datetime"}
     assert not heavy & cached_imports, heavy & cached_imports
     assert not {m for m in cached_imports if m == "azure" or m.startswith("azure.")}
+
+
+# Issue 26 defect 6: one bad HIMDS answer must not poison the cache. Every field of the
+# answer is checked before it is cached or formatted; a bad one is a permanent error naming
+# HIMDS, the field and the value, and nothing is cached.
+NOW = int(time.time())
+BAD_ANSWERS = {
+    "expires_on-1e17": ({"expires_on": "1e17"}, "expires_on"),
+    "expires_on-inf": ({"expires_on": "inf"}, "expires_on"),
+    "expires_on-nan": ({"expires_on": "nan"}, "expires_on"),
+    "expires_on-negative": ({"expires_on": "-1"}, "expires_on"),
+    "expires_on-float": ({"expires_on": 1.5e9}, "expires_on"),
+    "expires_on-bool": ({"expires_on": True}, "expires_on"),
+    "expires_on-past": ({"expires_on": str(NOW - 3600)}, "expires_on"),
+    "expires_on-72h": ({"expires_on": str(NOW + 72 * 3600)}, "expires_on"),
+    "expires_in-1e17": ({"expires_on": None, "expires_in": "1e17"}, "expires_in"),
+    "expires_in-huge": ({"expires_on": None, "expires_in": str(10**11)}, "expires_in"),
+    "access_token-escape": ({"access_token": "\x1b[2Jtok"}, "access_token"),
+    "access_token-space": ({"access_token": "tok en"}, "access_token"),
+    "access_token-huge": ({"access_token": "a" * 100000}, "access_token"),
+    "access_token-number": ({"access_token": 12345}, "access_token"),
+}
+
+
+@pytest.mark.parametrize("change,field", BAD_ANSWERS.values(), ids=list(BAD_ANSWERS))
+def test_a_bad_himds_token_field_is_refused_by_name_and_not_cached(node, change, field):
+    body = {"access_token": "tok-good", "expires_in": "3599", "expires_on": str(int(time.time()) + 3599),
+            "token_type": "Bearer"}
+    body.update(change)
+    node.body = {k: v for k, v in body.items() if v is not None}
+    code, out, err = run(node.root)
+    assert code == 1 and out == ""
+    assert "Traceback" not in err and "\x1b" not in err
+    assert "HIMDS" in err and f"{field} = " in err
+    assert len(err) < 2000  # the value is shown bounded
+    assert not (node.root / "var/lib/aks-flex-node/token-cache.json").exists()
+    with pytest.raises(himds.HimdsError) as raised:
+        himds.parse_token(json.dumps(node.body).encode())
+    assert raised.value.code == "bad-token-field" and raised.value.field == field
+
+    node.body = None  # HIMDS mends: the next call gets a token at once
+    code, out, err = run(node.root)
+    assert code == 0, err
+    assert json.loads(out)["status"]["token"] == "tok-" + himds.AKS_RESOURCE
+
+
+POISONED_CACHE = {
+    "expires_on-1e17": {"expires_on": 10**17},
+    "expires_on-1e300-float": {"expires_on": 1e300},
+    "expires_on-inf-string": {"expires_on": "inf"},
+    "expires_on-72h": {"expires_on": NOW + 72 * 3600},
+    "expires_on-negative": {"expires_on": -10**15},
+    "access_token-escape": {"access_token": "\x1b[2Jplanted"},
+    "access_token-object": {"access_token": {"a": 1}},
+    "entry-a-list": None,
+}
+
+
+@pytest.mark.parametrize("change", POISONED_CACHE.values(), ids=list(POISONED_CACHE))
+def test_a_cache_entry_out_of_range_is_a_miss_not_a_traceback(node, change):
+    cache = node.root / "var/lib/aks-flex-node/token-cache.json"
+    cache.parent.mkdir(parents=True, mode=0o700)
+    entry = {"resource": himds.AKS_RESOURCE, "access_token": "cached", "expires_on": int(time.time()) + 3000}
+    if change is None:
+        cache.write_text("[1, 2]")
+    else:
+        entry.update(change)
+        cache.write_text(json.dumps(entry))
+    cache.chmod(0o600)
+    code, out, err = run(node.root)
+    assert code == 0, err
+    assert json.loads(out)["status"]["token"] == "tok-" + himds.AKS_RESOURCE  # minted anew
+    assert len(node.requests) == 2
+    assert json.loads(cache.read_text())["access_token"] == "tok-" + himds.AKS_RESOURCE
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "group-readable"])
+def test_a_lock_file_planted_in_the_way_costs_only_the_single_flight(node, tmp_path, planted):
+    """The single flight's lock is opened without following a link, without waiting on a
+    FIFO, and only when it is ours and 0600: anything else is left alone and the token is
+    minted without the lock."""
+    from tests.waiting import returns
+
+    state = node.root / "var/lib/aks-flex-node"
+    state.mkdir(parents=True, mode=0o700)
+    lock = state / "token-cache.json.lock"
+    target = tmp_path / "outside"
+    target.write_text("keep me")
+    if planted == "symlink":
+        lock.symlink_to(target)
+    elif planted == "fifo":
+        os.mkfifo(lock, 0o600)
+    else:
+        lock.write_text("")
+        lock.chmod(0o640)
+    code, out, err = returns(lambda: run(node.root), what="token with a planted lock")
+    assert code == 0, err
+    assert json.loads(out)["status"]["token"] == "tok-" + himds.AKS_RESOURCE
+    assert target.read_text() == "keep me" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert lock.is_symlink() if planted == "symlink" else True
+    assert stat.S_ISFIFO(lock.lstat().st_mode) if planted == "fifo" else True

@@ -4,6 +4,7 @@ import datetime
 import io
 import json
 import stat
+import threading
 
 import pytest
 
@@ -94,3 +95,55 @@ def test_default_key_dir_under_the_root(tmp_path, no_proxy):
         assert list(key_dir.iterdir()) == []  # the single-use key was consumed and removed
     finally:
         emulator.stop()
+
+
+def test_concurrent_cold_calls_mint_one_token(fresh_emulator, connected, tmp_path):
+    """Issue 26: 50 cold calls at once made 78 HIMDS requests. Twenty calls started together
+    by a barrier against an empty cache: one mints, the others wait for its cache and print
+    the same credential."""
+    root = tmp_path / "root"
+    write_config(root, fresh_emulator, fresh_emulator.himds_key_dir)
+    before = himds_counts(fresh_emulator)
+    calls = 20
+    barrier = threading.Barrier(calls)
+    results = [None] * calls
+
+    def call(i):
+        barrier.wait()
+        results[i] = run_token(root)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [code for code, _, _ in results] == [0] * calls, [err for _, _, err in results if err]
+    assert len({out for _, out, _ in results}) == 1
+    cred = json.loads(results[0][1])
+    assert cred["kind"] == "ExecCredential" and cred["status"]["token"].startswith(C.TOKEN_PREFIX)
+    assert himds_counts(fresh_emulator) == (before[0] + 1, before[1] + 1)  # one challenge, one token
+    cache = root / "var/lib/aks-flex-node"
+    assert stat.S_IMODE((cache / "token-cache.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((cache / "token-cache.json.lock").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("value", ["1e17", "inf"])
+def test_a_hostile_expiry_from_himds_is_refused_and_does_not_poison_the_cache(fresh_emulator, connected, tmp_path,
+                                                                              value):
+    """Issue 26 defect 6: HIMDS answering `expires_on: "1e17"` was cached, then every call
+    died in time.gmtime. Now the answer is refused naming HIMDS, the field and the value,
+    nothing is cached, and the next good answer is used."""
+    root = tmp_path / "root"
+    write_config(root, fresh_emulator, fresh_emulator.himds_key_dir)
+    # Every HIMDS answer gets the field (the 401 challenge's error body too, where it is ignored).
+    fresh_emulator.faults([{"match": {"server": "himds"}, "set": {"expires_on": value}}])
+    code, out, err = run_token(root)
+    assert code == 1 and out == ""
+    assert "Traceback" not in err and "HIMDS" in err and f"expires_on = {value!r}" in err
+    assert not (root / "var/lib/aks-flex-node/token-cache.json").exists()
+
+    fresh_emulator.clear_faults()
+    for _ in range(2):  # minted, then from the cache
+        code, out, err = run_token(root)
+        assert code == 0, err
+        assert json.loads(out)["status"]["token"].startswith(C.TOKEN_PREFIX)
