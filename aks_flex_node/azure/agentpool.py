@@ -13,22 +13,23 @@ The bootstrap data is a secret (the spec marks bootstrapToken.token and caCertDa
 `x-ms-secret`): BootstrapData keeps the token out of its repr, and nothing here logs a body.
 """
 
-import base64
 import dataclasses
 import ipaddress
 import json
 import re
-import ssl
+import math
 import time
+import urllib.parse
 from typing import Optional
 
 from azure.core.exceptions import HttpResponseError
 from azure.core.rest import HttpRequest
 from azure.mgmt.core.exceptions import ARMErrorFormat
 
+from aks_flex_node import cloud_values
 from aks_flex_node.azure.auth import azure_errors
+from aks_flex_node.cloud_values import BadCloudValue
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
-from aks_flex_node.kubeversion import KubeVersion, VersionError
 
 API_VERSION = "2026-05-02-preview"
 FLEX_NODES = "FlexNodes"  # AgentPoolType in the spec
@@ -40,8 +41,6 @@ ROLE_GUID = "8f139b0f-7eaf-460b-a9da-5b1246d9ed0d"
 TOKEN_FORM = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 MAX_BODY = 16 * 1024 * 1024
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+$", re.ASCII)
-_HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
-                   r"(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*(:\d{1,5})?$")
 # Machine PUT polling: the spec's final-state-via azure-async-operation.
 MACHINE_POLL_TIMEOUT = 600
 
@@ -63,7 +62,9 @@ class BootstrapData:
     pool: str
 
 
-class BadBootstrapData(FlexNodeError):
+class BadBootstrapData(BadCloudValue):
+    """A PoolBootstrapData value we refuse (cloud_values.BadCloudValue, its own code)."""
+
     code = "bad_bootstrap_data"
 
 
@@ -81,11 +82,11 @@ def _send(clients, subscription_id, method, path, body=None, what=""):
             raise HttpResponseError(response=response, error_format=ARMErrorFormat)
     raw = response.content or b""
     if len(raw) > MAX_BODY:
-        raise BadBootstrapData(f"{what}: the answer is {len(raw)} bytes, over the {MAX_BODY} bytes allowed")
+        raise BadCloudValue(what, "body", f"{len(raw)} bytes", f"at most {MAX_BODY} bytes")
     try:
         payload = json.loads(raw) if raw else None
     except ValueError:
-        raise FlexNodeError(f"{what}: the answer ({response.status_code}) is not JSON") from None
+        raise BadCloudValue(what, f"body ({response.status_code})", raw[:40], "JSON") from None
     return response.status_code, payload, response.headers
 
 
@@ -122,7 +123,7 @@ def list_bootstrap_data(clients, cluster_ref, pool):
             f"create --assignee <its client or object ID> --role {ROLE_GUID} --scope {scope} "
             "(a new assignment can take minutes to apply; bootstrap again then)")) from None
     if status != 200 or not isinstance(doc, dict):
-        raise BadBootstrapData(f"{what}: expected 200 with a PoolBootstrapData object, got {status}")
+        raise BadBootstrapData(what, "status", status, "200 with a PoolBootstrapData object")
     return parse_bootstrap_data(doc, cluster_ref, pool, what)
 
 
@@ -131,8 +132,14 @@ def parse_bootstrap_data(doc, cluster_ref, pool, what="listBootstrapData"):
     resourceManagerEndpoint, or with tenantId and cloud) and map it to config keys."""
 
     def bad(field, value, expected):
-        shown = "(hidden)" if field in ("azure.bootstrapToken.token", "node.kubelet.caCertData") else repr(value)
-        return BadBootstrapData(f"{what}: {field} = {shown}: expected {expected}")
+        return BadBootstrapData(what, field, value, expected,
+                                secret=field in ("azure.bootstrapToken.token", "node.kubelet.caCertData"))
+
+    def checked(parse, value, field, *args):
+        try:
+            return parse(value, what, field, *args)
+        except BadCloudValue as err:
+            raise bad(field, value, err.expected) from None
 
     cluster_id = _get(doc, "azure", "targetCluster", "resourceId")
     if not isinstance(cluster_id, str) or cluster_id.lower() != cluster_ref.resource_id.lower():
@@ -141,17 +148,13 @@ def parse_bootstrap_data(doc, cluster_ref, pool, what="listBootstrapData"):
     if pool_name is not None and pool_name != pool:
         raise bad("azure.targetAgentPoolName", pool_name, f"the pool asked for, {pool}")
     endpoint = _get(doc, "azure", "resourceManagerEndpoint")
-    if endpoint is not None and not (isinstance(endpoint, str) and endpoint.startswith("https://")):
-        raise bad("azure.resourceManagerEndpoint", endpoint, "an https:// URL")
+    if endpoint is not None:
+        checked(cloud_values.https_url, endpoint, "azure.resourceManagerEndpoint", True)
     token = _get(doc, "azure", "bootstrapToken", "token")
     if not isinstance(token, str) or not TOKEN_FORM.match(token):
         raise bad("azure.bootstrapToken.token", None, "a bootstrap token of the form <6 of a-z0-9>.<16 of a-z0-9>")
-    fqdn = _get(doc, "node", "kubelet", "clusterFQDN")
-    if not isinstance(fqdn, str) or not _HOST.match(fqdn):
-        raise bad("node.kubelet.clusterFQDN", fqdn, "the API server's host name (no scheme, no path)")
-    ca_pem = _ca_pem(_get(doc, "node", "kubelet", "caCertData"))
-    if ca_pem is None:
-        raise bad("node.kubelet.caCertData", None, "base64 of the cluster CA's PEM certificate(s)")
+    host, port = checked(cloud_values.host_port, _get(doc, "node", "kubelet", "clusterFQDN"), "node.kubelet.clusterFQDN")
+    ca_pem = checked(cloud_values.ca_pem, _get(doc, "node", "kubelet", "caCertData"), "node.kubelet.caCertData")
 
     values = {}
 
@@ -183,7 +186,6 @@ def parse_bootstrap_data(doc, cluster_ref, pool, what="listBootstrapData"):
     for key in ("kubernetes_version", "containerd_version", "runc_version", "cni_version"):
         if key in values:
             values[key] = values[key].lstrip("v")
-    host, _, port = fqdn.partition(":")
     return BootstrapData(token=token, server=f"https://{host}:{port or 443}", ca_pem=ca_pem,
                          values=values, cluster_id=cluster_id, pool=pool)
 
@@ -207,11 +209,9 @@ def _is_version(value):
 
 def _is_kube_release(value):
     """A Kubernetes release, as KubeVersion reads every Kubernetes version of ours."""
-    if not isinstance(value, str) or value != value.strip():
-        return False
     try:
-        KubeVersion.parse_release(value)
-    except VersionError:
+        cloud_values.kube_release(value, "", "")
+    except BadCloudValue:
         return False
     return True
 
@@ -222,18 +222,6 @@ def _is_ip(value):
         return True
     except (ValueError, TypeError):
         return False
-
-
-def _ca_pem(data):
-    """PEM bytes when `data` is base64 of PEM certificates an SSL context accepts, else None."""
-    if not isinstance(data, str):
-        return None
-    try:
-        pem = base64.b64decode(data, validate=True)
-        ssl.create_default_context(cadata=pem.decode("ascii"))
-    except (ValueError, UnicodeDecodeError, ssl.SSLError):
-        return None
-    return pem if b"-----BEGIN CERTIFICATE-----" in pem else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,13 +235,27 @@ def get_pool(clients, cluster_ref, pool):
     """The agent pool, or None when it does not exist. Needs agentPools/read, which the
     Flex Node Agent Role does not grant: a 403 is raised as AuthError for the caller to
     treat as "cannot tell"."""
-    doc = _get_or_none(clients, cluster_ref, pool_id(cluster_ref, pool),
-                       f"reading agent pool {pool} of {cluster_ref.name}")
-    if doc is None:
-        return None
-    props = doc.get("properties") or {}
-    return Pool(name=doc.get("name") or pool, type=props.get("type"),
-                orchestrator_version=props.get("orchestratorVersion"))
+    what = f"ARM agentPools GET {cluster_ref.name}/{pool}"
+    doc = _get_or_none(clients, cluster_ref, pool_id(cluster_ref, pool), what)
+    return None if doc is None else parse_pool(doc, pool, what)
+
+
+def parse_pool(doc, pool, what):
+    """The Pool of an agentPools GET answer, its values checked (cloud_values)."""
+    props = _object(doc.get("properties") or {}, what, "properties")
+    version = props.get("orchestratorVersion")
+    kind = props.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise BadCloudValue(what, "properties.type", kind, "an agent pool type such as FlexNodes")
+    return Pool(name=cloud_values.resource_name(doc.get("name") or pool, what, "name"), type=kind,
+                orchestrator_version=None if version is None else cloud_values.kube_version(
+                    version, what, "properties.orchestratorVersion"))
+
+
+def _object(value, what, field):
+    if not isinstance(value, dict):
+        raise BadCloudValue(what, field, value, "an object")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,13 +268,23 @@ class Machine:
     spec: dict  # properties.kubernetes: the fields machine_body sends
 
 
-def _machine(doc):
-    props = doc.get("properties") or {}
-    kubernetes = props.get("kubernetes") or {}
-    return Machine(id=doc.get("id", ""), name=doc.get("name", ""),
-                   orchestrator_version=kubernetes.get("orchestratorVersion"),
+def parse_machine(doc, what):
+    """The Machine of a machines GET answer, the values we use checked (cloud_values)."""
+    props = _object(doc.get("properties") or {}, what, "properties")
+    kubernetes = _object(props.get("kubernetes") or {}, what, "properties.kubernetes")
+    version = kubernetes.get("orchestratorVersion")
+    max_pods = kubernetes.get("maxPods")
+    for field in ("provisioningState", "eTag"):
+        if props.get(field) is not None and not isinstance(props.get(field), str):
+            raise BadCloudValue(what, f"properties.{field}", props.get(field), "a string")
+    return Machine(id=cloud_values.resource_id(doc.get("id"), what, "id"),
+                   name=cloud_values.resource_name(doc.get("name"), what, "name"),
+                   orchestrator_version=None if version is None else cloud_values.kube_version(
+                       version, what, "properties.kubernetes.orchestratorVersion"),
                    provisioning_state=props.get("provisioningState"), etag=props.get("eTag"),
-                   spec={k: kubernetes.get(k) for k in MACHINE_SPEC_FIELDS})
+                   spec=dict({k: kubernetes.get(k) for k in MACHINE_SPEC_FIELDS},
+                             maxPods=None if max_pods is None else cloud_values.count(
+                                 max_pods, what, "properties.kubernetes.maxPods", 1, 250)))
 
 
 def machine_path(cluster_ref, pool, name):
@@ -280,9 +292,9 @@ def machine_path(cluster_ref, pool, name):
 
 
 def get_machine(clients, cluster_ref, pool, name):
-    doc = _get_or_none(clients, cluster_ref, machine_path(cluster_ref, pool, name),
-                       f"reading machine {name} of agent pool {pool}")
-    return None if doc is None else _machine(doc)
+    what = f"ARM machines GET {pool}/{name}"
+    doc = _get_or_none(clients, cluster_ref, machine_path(cluster_ref, pool, name), what)
+    return None if doc is None else parse_machine(doc, what)
 
 
 MACHINE_SPEC_FIELDS = ("orchestratorVersion", "maxPods", "nodeLabels", "nodeTaints")
@@ -325,9 +337,15 @@ def delete_machines(clients, cluster_ref, pool, names, timeout=MACHINE_POLL_TIME
 def _wait_operation(clients, subscription_id, headers, what, timeout, sleep, clock):
     """Poll Azure-AsyncOperation (else Location) until a terminal status (ARM's async
     operation contract: Succeeded, Failed, Canceled); no header: done at once."""
-    url = headers.get("Azure-AsyncOperation") or headers.get("Location")
+    field = "Azure-AsyncOperation" if headers.get("Azure-AsyncOperation") else "Location"
+    url = headers.get(field)
     if not url:
         return
+    # The pipeline sends our ARM token with every request: only to ARM itself.
+    cloud_values.https_url(url, what, f"header {field}", path_allowed=True)
+    arm_host = urllib.parse.urlsplit(clients.endpoints.arm).netloc.lower()
+    if urllib.parse.urlsplit(url).netloc.lower() != arm_host:
+        raise BadCloudValue(what, f"header {field}", url, f"a URL on the ARM endpoint {arm_host}")
     client = clients.containerservice(subscription_id)._client
     deadline = clock() + timeout
     while True:
@@ -339,7 +357,9 @@ def _wait_operation(clients, subscription_id, headers, what, timeout, sleep, clo
             doc = response.json() if response.content else {}
         except ValueError:
             doc = {}
-        if headers.get("Azure-AsyncOperation"):
+        if not isinstance(doc, dict):
+            doc = {}
+        if field == "Azure-AsyncOperation":
             state = str((doc or {}).get("status") or "InProgress")
         else:  # a Location URL: 202 while it runs, 200/204 once done
             state = "InProgress" if response.status_code == 202 else "Succeeded"
@@ -348,11 +368,14 @@ def _wait_operation(clients, subscription_id, headers, what, timeout, sleep, clo
         if state.lower() in ("failed", "canceled", "cancelled"):
             error = (doc or {}).get("error") or {}
             raise FlexNodeError(f"{what}: the operation ended {state}: "
-                                f"{error.get('code', '')} {error.get('message', '')}".rstrip())
+                                f"{cloud_values.shown(error.get('code', ''))} "
+                                f"{cloud_values.shown(error.get('message', ''), 400)}")
         if clock() >= deadline:
-            raise TemporaryError(f"{what}: still {state} after {timeout} s")
+            raise TemporaryError(f"{what}: still {cloud_values.shown(state)} after {timeout} s")
         try:
             delay = float(response.headers.get("Retry-After") or 1)
         except ValueError:
+            delay = 1.0
+        if not math.isfinite(delay):  # "inf", "nan": float() takes them, sleep() does not
             delay = 1.0
         sleep(min(max(delay, 0.5), 30))

@@ -11,6 +11,7 @@ from typing import Optional
 
 from azure.core.exceptions import ResourceNotFoundError
 
+from aks_flex_node import cloud_values
 from aks_flex_node.azure.auth import azure_errors
 from aks_flex_node.azure.sdk_compat import model_property
 from aks_flex_node.errors import TemporaryError
@@ -39,14 +40,18 @@ def _text(value):
     return str(getattr(value, "value", value))
 
 
-def machine_from_model(model):
+def machine_from_model(model, source="ARM HybridCompute machines GET"):
+    """Our Machine of the SDK's, the values we use checked (cloud_values): the principal ID
+    is whom the role assignments name, the ID what status shows."""
     identity = getattr(model, "identity", None)
+    principal_id = getattr(identity, "principal_id", None)
+    tenant_id = getattr(identity, "tenant_id", None)
     return Machine(
-        id=model.id,
-        name=model.name,
-        location=model.location,
-        principal_id=getattr(identity, "principal_id", None),
-        tenant_id=getattr(identity, "tenant_id", None),
+        id=cloud_values.resource_id(model.id, source, "id"),
+        name=cloud_values.resource_name(model.name, source, "name"),
+        location=cloud_values.resource_name(model.location, source, "location"),
+        principal_id=principal_id and cloud_values.guid(principal_id, source, "identity.principalId"),
+        tenant_id=tenant_id and cloud_values.guid(tenant_id, source, "identity.tenantId"),
         status=_text(model_property(model, "status")),
         agent_version=_text(model_property(model, "agent_version")),
     )
@@ -59,7 +64,7 @@ def get_machine(clients, subscription_id, resource_group, name):
             model = clients.hybridcompute(subscription_id).machines.get(resource_group, name)
         except ResourceNotFoundError:
             return None
-    return machine_from_model(model)
+    return machine_from_model(model, f"ARM HybridCompute machines GET {resource_group}/{name}")
 
 
 def delete_machine(clients, subscription_id, resource_group, name):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 
+from aks_flex_node import cloud_values
 from aks_flex_node.azure.auth import arm_code, arm_message, azure_errors
 from aks_flex_node.azure.sdk_compat import model_property
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
@@ -76,9 +77,10 @@ def assignment_name(scope, role_guid, principal_id):
     return str(uuid.uuid5(ASSIGNMENT_NAMESPACE, key))
 
 
-def _assignment(model, created=False):
+def _assignment(model, created=False, source="ARM roleAssignments"):
+    # The ID is what unbootstrap deletes by: a resource ID, checked (cloud_values).
     return Assignment(
-        id=model.id,
+        id=cloud_values.resource_id(model.id, source, "id"),
         name=model.name,
         scope=model_property(model, "scope") or model.id.rsplit("/providers/Microsoft.Authorization/", 1)[0],
         role_guid=role_guid_of(model_property(model, "role_definition_id")),

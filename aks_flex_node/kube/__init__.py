@@ -18,6 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from aks_flex_node import cloud_values
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
 from aks_flex_node.http_policy import DIRECT
 from aks_flex_node.polling import poll
@@ -62,26 +63,36 @@ def _message(payload, causes=False):
     eviction's 429 names the PodDisruptionBudget)."""
     if not isinstance(payload, dict):
         return "no Status in the answer"
-    parts = [str(payload.get("message") or payload.get("reason") or "no message")]
-    if causes:
-        for cause in (payload.get("details") or {}).get("causes") or []:
+    parts = [payload.get("message") or payload.get("reason") or "no message"]
+    details = payload.get("details")
+    if causes and isinstance(details, dict) and isinstance(details.get("causes"), list):
+        for cause in details["causes"]:
             if isinstance(cause, dict) and cause.get("message"):
-                parts.append(str(cause["message"]))
-    return " ".join(parts)
+                parts.append(cause["message"])
+    # The API server's words reach the operator's terminal: shown as text, escapes escaped.
+    return " ".join(_said(part) for part in parts)
+
+
+def _said(text, limit=400):
+    """A message from the API server, printable: a str as it is when it is plain text,
+    anything else (control characters, another type) as a bounded repr."""
+    if isinstance(text, str) and text.isprintable() and len(text) <= limit:
+        return text
+    return cloud_values.shown(text, limit)
 
 
 def _node_summary(node):
     """What an operator needs to see about a node that is not Ready yet."""
     if node is None:
         return "no Node object"
-    conditions = (node.get("status") or {}).get("conditions") or []
-    ready = [c for c in conditions if c.get("type") == "Ready"]
+    ready = [c for c in _conditions(node) if c.get("type") == "Ready"]
     if not ready:
         return "Node registered, no Ready condition yet"
     cond = ready[0]
-    reason = f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""
-    version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
-    return f"Node Ready={cond.get('status')}{reason}" + (f", kubelet {version}" if version else "")
+    reason = f" ({_said(cond.get('reason'))}: {_said(cond.get('message'))})" if cond.get("reason") else ""
+    info = _field(node, "status", "nodeInfo")
+    version = info.get("kubeletVersion") if isinstance(info, dict) else None
+    return f"Node Ready={_said(cond.get('status'))}{reason}" + (f", kubelet {_said(version)}" if version else "")
 
 
 class KubeClient:
@@ -156,7 +167,7 @@ class KubeClient:
             payload = json.loads(body) if body else None
         except ValueError:
             payload = None
-        message = payload.get("message") if isinstance(payload, dict) else None
+        message = _said(payload.get("message")) if isinstance(payload, dict) and payload.get("message") else None
         if status == 401:
             raise Unauthorized(
                 f"apiserver {self.server} refused the node's token for {method} {path} (401): {message or ''}".rstrip(": "),
@@ -214,12 +225,13 @@ class KubeClient:
         return True
 
     def server_version(self):
-        """The API server's gitVersion (e.g. "v1.30.4") from GET /version."""
+        """The API server's gitVersion (e.g. "v1.30.4") from GET /version, checked as a
+        Kubernetes version (cloud_values.BadCloudValue when it is not one)."""
         status, payload = self._call("GET", "/version")
-        version = payload.get("gitVersion") if isinstance(payload, dict) else None
-        if status != 200 or not isinstance(version, str):
+        if status != 200 or not isinstance(payload, dict):
             raise KubeError(f"GET /version: unexpected answer {status}: expected a version object with gitVersion")
-        return version
+        return cloud_values.kube_version(payload.get("gitVersion"), f"API server {self.server} GET /version",
+                                         "gitVersion")
 
     def patch_node(self, name, patch):
         """Apply a strategic merge patch to the Node; return the patched Node, None when it
@@ -271,8 +283,19 @@ class KubeClient:
 
 def is_ready(node):
     """Whether a Node object's Ready condition is True."""
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in ((node or {}).get("status") or {}).get("conditions") or [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _conditions(node))
+
+
+def _field(doc, *path):
+    for key in path:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
+def _conditions(node):
+    """A Node's status.conditions that are objects; none when the answer has another shape."""
+    conditions = _field(node, "status", "conditions")
+    return [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
 
 
 # The kubelet reports Ready a few seconds after it starts, and a join waits on it: poll

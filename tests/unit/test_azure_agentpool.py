@@ -7,6 +7,7 @@ import copy
 
 import pytest
 
+from aks_flex_node import cloud_values
 from aks_flex_node.azure import agentpool, permissions
 from aks_flex_node.config.cluster_ref import parse_cluster_id
 from aks_flex_node.errors import AuthError, FlexNodeError
@@ -114,6 +115,14 @@ def _broken(doc, path, value):
     (("node", "maxPods"), True, "node.maxPods", "1 to 250"),
     (("node", "labels"), ["a=b"], "node.labels", "label names"),
     (("node", "taints"), "a=b:NoSchedule", "node.taints", "list"),
+    # Hostile cloud values (issue 26, defect 7): a trailing newline passed the old $-anchored
+    # host check; a negative count; an endpoint with a newline or a user.
+    (("node", "kubelet", "clusterFQDN"), "x.example.com\n", "node.kubelet.clusterFQDN", "host name"),
+    (("node", "kubelet", "clusterFQDN"), "x.example.com:0", "node.kubelet.clusterFQDN", "host name"),
+    (("azure", "resourceManagerEndpoint"), "https://management.azure.com/\n[Service]",
+     "azure.resourceManagerEndpoint", "https"),
+    (("azure", "resourceManagerEndpoint"), "https://u:p@evil.example/", "azure.resourceManagerEndpoint", "https"),
+    (("node", "maxPods"), -3, "node.maxPods", "1 to 250"),
 ])
 def test_each_bad_field_is_named_with_what_is_expected(doc, path, value, field, expected):
     with pytest.raises(agentpool.BadBootstrapData) as info:
@@ -121,6 +130,8 @@ def test_each_bad_field_is_named_with_what_is_expected(doc, path, value, field, 
     message = info.value.message
     assert field in message and expected in message
     assert TOKEN not in message and "ABCDEF" not in message  # the token is never shown
+    assert (info.value.field, info.value.exit_code) == (field, 1)  # permanent: never the temporary 75
+    assert isinstance(info.value, cloud_values.BadCloudValue) and "\n" not in message
 
 
 # -- against the emulator, through the containerservice client's own pipeline --------------
@@ -198,3 +209,47 @@ def test_the_pool_and_its_type(azure_clients, node_clients):
     blocks = permissions.pool_blocks(node_clients, REF, C.FLEX_POOL)
     assert all(permissions.allowed(a, blocks) for a in permissions.POOL_ACTIONS)
     assert not permissions.allowed(permissions.POOL_READ, blocks)
+
+
+# -- hostile values in the pool's and the Machine's answers (issue 26, defect 7) -----------
+
+
+@pytest.mark.parametrize("field, value", [
+    ("properties.orchestratorVersion", "1.30.4/x"),
+    ("properties.orchestratorVersion", "1.30.4\n[Service]"),
+    ("properties.type", ["FlexNodes"]),
+    ("name", "../flexpool"),
+])
+def test_a_bad_value_in_the_pool_answer_is_refused(fresh_emulator, azure_clients, field, value):
+    fresh_emulator.faults([{"match": {"server": "arm", "method": "GET", "path_regex": "agentPools/flexpool$",
+                                      "times": 1}, "set": {field: value}}])
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        agentpool.get_pool(azure_clients, REF, C.FLEX_POOL)
+    assert (caught.value.field, caught.value.exit_code) == (field, 1)
+    assert caught.value.source.startswith("ARM agentPools GET")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("properties.kubernetes.maxPods", -1),
+    ("properties.kubernetes.orchestratorVersion", "1.30.4 --v=9"),
+    ("id", C.FLEX_POOL_ID + "/machines/../../../x"),
+    ("properties.provisioningState", {"x": 1}),
+])
+def test_a_bad_value_in_the_machine_answer_is_refused(fresh_emulator, node_clients, field, value):
+    agentpool.put_machine(node_clients, REF, C.FLEX_POOL, "edge-3", agentpool.machine_body(_Cfg))
+    fresh_emulator.faults([{"match": {"server": "arm", "method": "GET", "path_regex": "machines/edge-3$",
+                                      "times": 1}, "set": {field: value}}])
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        agentpool.get_machine(node_clients, REF, C.FLEX_POOL, "edge-3")
+    assert (caught.value.field, caught.value.exit_code) == (field, 1)
+
+
+def test_an_operation_url_off_arm_is_never_polled_with_our_token(fresh_emulator, node_clients):
+    """Azure-AsyncOperation names the URL the pipeline GETs with the ARM token: only ARM's."""
+    fresh_emulator.faults([{"match": {"server": "arm", "method": "PUT", "path_regex": "machines/edge-4$",
+                                      "times": 1},
+                            "respond": {"status": 201, "body": {},
+                                        "headers": {"Azure-AsyncOperation": "https://evil.example/op"}}}])
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        agentpool.put_machine(node_clients, REF, C.FLEX_POOL, "edge-4", agentpool.machine_body(_Cfg))
+    assert caught.value.field == "header Azure-AsyncOperation"

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from aks_flex_node import kube
+from aks_flex_node import cloud_values, kube
 from aks_flex_node.azure import aks, himds, rbac
 from aks_flex_node.errors import TemporaryError
 from tests.emulator import constants as C
@@ -134,3 +134,40 @@ def test_ready_after_the_kubelet_registers(fresh_emulator, azure_clients, node_i
 def test_wait_node_ready_reports_forbidden_when_it_gives_up(client):
     with pytest.raises(TemporaryError, match=r"not Ready after 0.3s; last seen: .*forbids GET /api/v1/nodes/m1 \(403\)"):
         kube.wait_node_ready(lambda: client, NODE, timeout=0.3)
+
+
+# -- hostile values in the API server's answers (issue 26, defect 7) -----------------------
+
+
+@pytest.mark.parametrize("version", ["v1.30.4/x", "v1.30.4 --v=9", "v1.30.4\n[Service]", "", None, 130])
+def test_a_bad_git_version_is_a_bad_cloud_value(fresh_emulator, azure_clients, version):
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+    fresh_emulator.faults([{"match": {"server": "apiserver", "path_regex": "^/version$", "times": 1},
+                            "set": {"gitVersion": version}}])
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        kube.KubeClient(server, ca_pem).server_version()
+    assert (caught.value.field, caught.value.exit_code) == ("gitVersion", 1)
+    assert "GET /version" in caught.value.source and "\n" not in caught.value.message
+
+
+def test_a_good_git_version_is_returned_as_given(fresh_emulator, azure_clients):
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+    fresh_emulator.faults([{"match": {"server": "apiserver", "path_regex": "^/version$", "times": 1},
+                            "set": {"gitVersion": "v1.29.7-eks-1234"}}])
+    assert kube.KubeClient(server, ca_pem).server_version() == "v1.29.7-eks-1234"
+
+
+def test_the_api_servers_words_reach_the_terminal_escaped(fresh_emulator, azure_clients):
+    """A Status message with terminal escapes (ESC [ 2 J clears the screen) is shown as text."""
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+    fresh_emulator.faults([{"match": {"server": "apiserver", "times": 1},
+                            "respond": {"status": 401, "body": {"kind": "Status", "message": "no\x1b[2J\x1b]0;owned\x07"}}}])
+    with pytest.raises(kube.Unauthorized) as caught:
+        kube.KubeClient(server, ca_pem, lambda: "t").get_node(NODE)
+    assert "\x1b" not in caught.value.message and "\x07" not in caught.value.message
+
+
+def test_a_node_of_another_shape_is_not_ready_and_no_crash():
+    for node in ({"status": {"conditions": "Ready"}}, {"status": []}, {"status": {"conditions": [3, None]}}, []):
+        assert kube.is_ready(node) is False
+        assert isinstance(kube._node_summary(node or {"status": "x"}), str)
