@@ -430,6 +430,52 @@ def artifact_cells():
     ]
 
 
+def hostile_archive_cell():
+    """The mirror serves a bomb under the CNI tarball's name (and a .sha256 that matches it):
+    a member that would inflate the archive past host/archive.py's cap, read while it
+    downloads. The run is refused (the cap, or the trusted sha256 where that is pinned) with
+    nothing staged and the bomb never inflated; once the mirror serves the real archive
+    again, the bootstrap converges."""
+    import tarfile
+
+    from aks_flex_node.host.archive import MAX_ARCHIVE_BYTES
+    from aks_flex_node.steps.artifacts import node_arch
+    from tests.archive_fixtures import Zeros, tar_gz
+    from tests.emulator import artifacts as mirror
+
+    name = f"cni-plugins-linux-{node_arch()}-v1.5.1.tgz"  # configspec's default cni_version
+
+    def run(cell, result):
+        result.pre = cell.snapshot()
+        bomb = cell.base / "bomb.tgz"
+        bomb.write_bytes(tar_gz([("./", tarfile.DIRTYPE, ""), ("./bridge", b"#!/bin/sh\n"),
+                                 ("./doc/zeros", Zeros(MAX_ARCHIVE_BYTES))]))
+        cell.emu.admin("POST", "artifacts", {"name": name, "path": str(bomb)})
+        code, summary, stderr, _ = cell.cli("bootstrap")
+        if code == 0:
+            result.notes.append("bootstrap succeeded with a bomb for the CNI plugins")
+        else:
+            result.exit_failing.append(code)
+            message = error_of(summary, stderr)
+            if "archive-too-large" not in json.dumps(summary or {}) and name not in message:
+                result.notes.append("UNCLEAR: the error names neither the archive nor the cap")
+            result.notes.append(short(message, 160))
+            capture_failing(cell, result)
+            staged = [p for p in result.failing[-1] if p.startswith("/opt/cni/bin/") and p not in result.pre]
+            if staged:
+                result.corrupted.append(f"staged while refused: {', '.join(sorted(staged))}")
+        if not any(r["path"].endswith("/" + name) for r in cell.emu.requests(server="artifacts")):
+            result.notes.append(f"UNCLEAR: {name} was never asked for (another cni_version?)")
+        good = cell.base / "good.tgz"
+        good.write_bytes(mirror.build(name))
+        cell.emu.admin("POST", "artifacts", {"name": name, "path": str(good)})
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+
+    return Cell("artifact", "hostile archive", "CNI tarball a 4 GiB gzip bomb, then the real one",
+                run, seconds_hint=20)
+
+
 # -- concurrency --------------------------------------------------------------------------
 
 def two_bootstraps_cell():
@@ -727,6 +773,7 @@ def all_cells():
     cells.append(rule_cell("endpoint", "himds slow", "every HIMDS answer 5 s late",
                            {"match": {"server": "himds"}, "delay": 5.0}, "himds", seconds_hint=30))
     cells += artifact_cells()
+    cells.append(hostile_archive_cell())
     cells += [two_bootstraps_cell(), agent_and_manual_cell()]
     cells += agent_pool_cells()
     cells += upgrade_cells()
