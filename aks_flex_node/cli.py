@@ -314,6 +314,19 @@ def main(argv=None):
         rest = list(argv)
         rest.remove("token")
         return token.main(rest, os.environ)
+    # Every line we print, errors and logs included, leaves with its control characters
+    # escaped (output.py): much of it is text from the network or the disk.
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = output.ShownStream(sys.stdout), output.ShownStream(sys.stderr)
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(argv):
+    """Parse `argv`, run its command, and turn what it raises into an exit code: the one
+    error handler."""
     json_out = "--json" in argv
     try:
         args = build_parser(_command_word(argv)).parse_args(argv)

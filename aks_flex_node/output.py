@@ -1,7 +1,54 @@
-"""What the CLI prints for people (JSON output is the summaries themselves): phase lines as
-a run goes, the plan of a dry run, the last run's status, configuration values."""
+r"""What the CLI prints for people (JSON output is the summaries themselves): phase lines as
+a run goes, the plan of a dry run, the last run's status, configuration values; and the
+one sanitiser every printed line passes (`shown`, `ShownStream`).
+
+Much of what we print came from elsewhere: an archive member's name, an ARM or API server
+error message, a file name on the node. A control character in it would reach the
+operator's terminal as a command (ESC [2J clears the screen, OSC 0 sets the title, CR
+overwrites the line: ECMA-48), so every line leaves the program with its control
+characters written out (`\x1b`), newline and tab apart. cli.main wraps stdout and stderr
+in ShownStream once, so no message needs to remember it; JSON output needs nothing more,
+since json.dumps writes every control character as a \u escape (RFC 8259 section 7).
+"""
 
 import sys
+
+# C0 controls but tab and newline, DEL and the C1 controls (Unicode category Cc), and the
+# bidirectional overrides that reorder what a reader sees (Unicode UAX #9; "Trojan Source",
+# CVE-2021-42574).
+_UNSAFE = [c for c in range(0x20) if c not in (0x09, 0x0A)] + list(range(0x7F, 0xA0)) + \
+    [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _UNSAFE}
+
+
+def shown(text):
+    r"""`text` with every control character written out as an escape (`\x1b`, `\u202e`);
+    newline and tab kept. What passes through it once is unchanged the next time."""
+    return str(text).translate(_ESCAPES)
+
+
+class ShownStream:
+    """A text stream whose writes pass `shown` on their way to `raw` (stdout or stderr);
+    everything else (flush, isatty, fileno, encoding) is the raw stream's. Our own
+    terminal controls (PhasePrinter's line erase) go to `.raw` directly."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def write(self, text):
+        return self.raw.write(shown(text))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+def raw_stream(stream):
+    """The stream under a ShownStream, for our own terminal controls."""
+    return stream.raw if isinstance(stream, ShownStream) else stream
 
 
 class PhasePrinter:
@@ -13,10 +60,12 @@ class PhasePrinter:
         self.done = 0  # phases end out of declared order when branches overlap: count ends
 
     def __call__(self, event, result, index, total):
+        # The text is shown(); only our own controls (CR, erase line) go raw to a terminal.
+        raw = raw_stream(self.stream)
         if event == "start":
             if self.tty:
-                self.stream.write(f"[{self.done + 1:2d}/{total}] {result.name:<18} ...\r")
-                self.stream.flush()
+                raw.write(shown(f"[{self.done + 1:2d}/{total}] {result.name:<18} ...") + "\r")
+                raw.flush()
             return
         self.done += 1
         message = "; ".join(c["what"] for c in result.changes) or result.message
@@ -24,8 +73,8 @@ class PhasePrinter:
             message += "; cannot tell: " + "; ".join(f"{u['what']} ({u['reason']})" for u in result.unknown)
         took = f"{result.duration:6.1f}s" if result.duration is not None else "       "
         line = f"[{self.done:2d}/{total}] {result.name:<18} {result.status:<10} {took}  {message}"
-        self.stream.write(("\x1b[2K" if self.tty else "") + line.rstrip() + "\n")
-        self.stream.flush()
+        raw.write(("\x1b[2K" if self.tty else "") + shown(line.rstrip()) + "\n")
+        raw.flush()
 
 
 def print_plan(phases, what="plan"):

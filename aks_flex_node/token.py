@@ -20,7 +20,7 @@ import stat
 import sys
 import time
 
-from aks_flex_node import access_token, paths
+from aks_flex_node import access_token, output, paths
 from aks_flex_node.errors import ExitCode, FlexNodeError
 
 # client-go compares the expiry with no skew margin (kubernetes/client-go,
@@ -347,7 +347,7 @@ def _mint(cache, root, config_path, node):
         # A read-only or full disk must not stop the kubelet from getting its token: the
         # cache only saves a HIMDS round trip (host.fs reports a failed write as HostFileError).
         why = getattr(err, "message", None) or err.strerror or str(err)
-        print(f"aks-flex-node token: warning: cannot cache the token in {cache.path}: {why}", file=sys.stderr)
+        print(f"aks-flex-node token: warning: cannot cache the token in {output.shown(cache.path)}: {output.shown(why)}", file=sys.stderr)
     return token
 
 
@@ -362,9 +362,10 @@ def main(argv=None, environ=None, stdout=None, stderr=None):
         api_version = exec_api_version(environ)
         token = get_token(root, args.config)
     except FlexNodeError as err:
-        print(f"aks-flex-node token: {err.message}", file=stderr)
+        # The kubelet logs this; a control character from HIMDS's answer is shown escaped.
+        print(f"aks-flex-node token: {output.shown(err.message)}", file=stderr)
         if err.remedy:
-            print(f"aks-flex-node token: {err.remedy}", file=stderr)
+            print(f"aks-flex-node token: {output.shown(err.remedy)}", file=stderr)
         # 75 tells an operator running it by hand "try again"; kubelet only sees non-zero.
         return int(ExitCode.TEMPFAIL if err.exit_code == ExitCode.TEMPFAIL else ExitCode.FAILED)
     stdout.write(json.dumps(exec_credential(token, api_version)) + "\n")
