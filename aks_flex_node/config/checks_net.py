@@ -51,6 +51,12 @@ def check_api_server(value):
 def check_ip_address(value):
     if value == "":
         return ""
+    if "%" in value:
+        # Python's ipaddress takes an IPv6 zone index ("fe80::1%eth0"); the kubelet's
+        # --node-ip does not (it parses with Go's net.ParseIP, which has no zones:
+        # k8s.io/utils/net ParseIPSloppy), a DNS server address names no local link, and a
+        # '%' in a unit file is a systemd specifier (systemd.unit(5), "Specifiers").
+        raise Invalid(value, "an IPv4 or IPv6 address such as 10.0.0.10, without a zone index (%eth0)")
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:

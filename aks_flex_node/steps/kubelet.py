@@ -11,6 +11,7 @@ restart when its content changes; the unit files also owe a systemd reload.
 import json
 
 from aks_flex_node.engine.step import ACTIVATE, Plan, Step
+from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.steps import kubelet_auth, tracked
 from aks_flex_node.steps.kubelet_paths import (
     CA_PATH, DEFAULTS_PATH, DIRS, DROPIN_PATH, KUBECONFIG, KUBELET_BIN, KUBELET_CONFIG, KUBELET_DIR, UNIT_PATH,
@@ -104,13 +105,31 @@ WantedBy=multi-user.target
 """.encode()
 
 
+def exec_word(arg):
+    """One argument of an ExecStart= line, written so that systemd hands the kubelet exactly
+    `arg`: '%' starts a specifier (systemd.unit(5), "Specifiers": %% is a '%'), '$' a
+    variable ($$ is a '$'), and a blank, quote, backslash or ';' would split or end the word
+    (systemd.service(5), "Command lines"), so such a word is double-quoted with C escapes.
+    A control character (a newline would start a new unit line) is refused: no quoting
+    carries it through a unit file. Every value we put in a unit is written through here."""
+    if any(not c.isprintable() for c in arg):
+        raise FlexNodeError(f"kubelet argument {arg!r}: a control character cannot be written into a unit file",
+                            remedy="remove it from the configuration value it comes from",
+                            code="unit-value")
+    text = arg.replace("%", "%%").replace("$", "$$")
+    if text == "" or any(c.isspace() or c in "\"'\\;" for c in text):
+        text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
 def dropin(cfg, auth):
     # The kubeadm pattern: the unit stays generic, the drop-in carries this node's command line.
+    words = " ".join(exec_word(arg) for arg in [KUBELET_BIN, *kubelet_args(cfg, auth)])
     return ("# Written by aks-flex-node; rewritten at every bootstrap.\n"
             "[Service]\n"
             f"EnvironmentFile=-{DEFAULTS_PATH}\n"
             "ExecStart=\n"
-            f"ExecStart={KUBELET_BIN} {' '.join(kubelet_args(cfg, auth))} $KUBELET_EXTRA_ARGS\n").encode()
+            f"ExecStart={words} $KUBELET_EXTRA_ARGS\n").encode()
 
 
 def resolv_conf(host):

@@ -85,6 +85,7 @@ BAD_VALUES = [
     ("cni_sha256_url", "https://example.com/cni.sha256", "at least {url} or {version}"),
     ("kubernetes_sha256_url", "{url}.{sum}", "using only {url}, {version} and {arch}"),
     ("artifact_mirror", "ftp://mirror.example.com", "starting with https://"),
+    ("artifact_digests_file", "digests.txt", "an absolute path"),
     ("cache_dir", "cache", "an absolute path"),
     ("node_labels", "tier", "has no '='"),
     ("node_labels", "tier=edge node", "is not a valid label"),
@@ -101,6 +102,9 @@ BAD_VALUES = [
     ("eviction_hard", "memory.free<100Mi", "signal one of memory.available"),
     ("eviction_hard", "memory.available<lots", "a quantity or percentage"),
     ("node_ip", "10.0.0.300", "an IPv4 or IPv6 address"),
+    # issue 26, defect 8: a zone index passed, then broke the drop-in's specifier expansion
+    ("node_ip", "fe80::1%eth0", "without a zone index"),
+    ("cluster_dns", "fe80::a%1", "without a zone index"),
     ("cluster_dns", "dns.example.com", "an IPv4 or IPv6 address"),
     ("cluster_domain", "Cluster.Local", "a lowercase DNS domain"),
     ("bridge_subnet", "10.244.0.1/24", "no host bits set"),
