@@ -33,6 +33,7 @@ from pathlib import Path
 
 from aks_flex_node import __version__
 from aks_flex_node.host import fs, part_file
+from aks_flex_node.host.archive import ArchiveError
 from aks_flex_node.host.body_feed import Feed, read_cached
 from aks_flex_node.host.checksums import UnverifiedChecksums, check_sha256, check_url, parse_checksums
 from aks_flex_node.host.download_errors import ChecksumMismatch, DownloadError, DownloadUnavailable
@@ -139,7 +140,11 @@ class Downloader:
             if fs.file_sha256(final) == sha256:
                 log.debug("cache hit for %s: %s", url, final)
                 self._unverified.verified(sha256, True)
-                return Path(final), (read_cached(final, sink) if sink else None)
+                try:
+                    return Path(final), (read_cached(final, sink) if sink else None)
+                except ArchiveError:
+                    fs.remove(final)  # see below
+                    raise
             if fs.exists(final):
                 log.warning("cached %s does not match its sha256; downloading it again", final)
                 fs.remove(final)
@@ -155,6 +160,12 @@ class Downloader:
         self._unverified.verified(sha256, True)
         if read is not None and read.error is not None:
             sink.discard()
+            if isinstance(read.error, ArchiveError):
+                # Its digest matched, but the archive was refused (a bomb, a link, a path
+                # that climbs out: host/archive.py): a cached copy would only be refused
+                # again, and nothing of a refused archive stays on disk.
+                with _lock_for(final):
+                    fs.remove(final)
             raise read.error
         return Path(final), (read.result if read else None)
 
