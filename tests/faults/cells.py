@@ -498,6 +498,40 @@ def hostile_archive_cell():
                 run, seconds_hint=20)
 
 
+def hostile_cloud_value_cell():
+    """ARM's managed cluster GET answers once with a Kubernetes version that is a path
+    ("1.30.4/x", issue 26 defect 7): the bootstrap is refused as a permanent error (exit 1,
+    bad-cloud-value, naming properties.currentKubernetesVersion, not the temporary 75 an
+    agent retries forever), nothing outside the run's own state changes, and the GET is not
+    repeated within the run; ARM's next answer is good and the bootstrap converges."""
+    cluster_get = r"managedClusters/[^/]+$"
+
+    def run(cell, result):
+        result.pre = cell.snapshot()
+        cell.emu.faults([{"match": dict(_arm_path("GET", cluster_get), times=1),
+                          "set": {"properties.currentKubernetesVersion": "1.30.4/x"}}])
+        code, summary, stderr, _ = cell.cli("bootstrap")
+        if code == 0:
+            result.notes.append("bootstrap succeeded with a version that is a path")
+        else:
+            result.exit_failing.append(code)
+            said = json.dumps(summary or {}) + stderr
+            if code != 1 or "bad-cloud-value" not in said or "properties.currentKubernetesVersion" not in said:
+                result.notes.append("UNCLEAR: not the permanent bad-cloud-value error naming the field")
+            result.notes.append(short(error_of(summary, stderr), 160))
+            capture_failing(cell, result)
+            after = result.failing[-1]
+            changed = sorted(p for p in set(after) | set(result.pre) if after.get(p) != result.pre.get(p)
+                             and not (p + "/").startswith("/var/lib/aks-flex-node/"))
+            if changed:
+                result.corrupted.append(f"changed while refused: {', '.join(changed[:4])}")
+        result.retries = str(len(faulted_requests(cell, "arm", cluster_get)))
+        if converge(cell, result):
+            check_azure_joined(cell, result)
+
+    return Cell("cloud value", "bad version", "cluster GET says 1.30.4/x once, then the truth", run)
+
+
 # -- concurrency --------------------------------------------------------------------------
 
 def two_bootstraps_cell():
@@ -796,6 +830,7 @@ def all_cells():
                            {"match": {"server": "himds"}, "delay": 5.0}, "himds", seconds_hint=30))
     cells += artifact_cells()
     cells.append(hostile_archive_cell())
+    cells.append(hostile_cloud_value_cell())
     cells += [two_bootstraps_cell(), agent_and_manual_cell()]
     cells += agent_pool_cells()
     cells += upgrade_cells()
