@@ -318,22 +318,23 @@ def get_token(root, config_path=None, now=None):
     token = cache.load(AKS_RESOURCE, clock_now())
     if token is not None:
         return token
+    # Read before the lock is made: a bad configuration is refused with nothing written.
+    settings = read_settings(config_path or str(node.real(paths.CONFIG)),
+                             required=config_path is not None, root=root)
     # A minting call ends by HIMDS_BUDGET (plus one request's time): wait a little longer.
     lock = cache.single_flight(wait=HIMDS_BUDGET + 15)
     try:
         token = cache.load(AKS_RESOURCE, clock_now())  # the holder we waited for wrote it
         if token is None:
-            token = _mint(cache, root, config_path, node)
+            token = _mint(cache, root, settings)
     finally:
         cache.done(lock)
     return token
 
 
-def _mint(cache, root, config_path, node):
+def _mint(cache, root, settings):
     from aks_flex_node.azure import himds
 
-    settings = read_settings(config_path or str(node.real(paths.CONFIG)),
-                             required=config_path is not None, root=root)
     token = himds.get_token(
         settings["himds_endpoint"],
         AKS_RESOURCE,
