@@ -27,6 +27,8 @@ by key). A case's fields:
              "hidden": [TEXT the output must not hold: a secret, a raw control character],
              "changes": [node path globs allowed to change], "max_seconds": N}
             `mentions` defaults to the keys of `config`: the message names the field.
+  archive   a release archive the case's node is served (tests/bad_inputs/archive_mirror.py:
+            its entries, or raw bytes, or a cut); the node runs against that mirror
   why       optional: what the case is about (the issue it comes from)
 """
 
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 RUNS = ("cli", "maintscript", "postinst")
 CASE_FIELDS = {"id", "run", "argv", "root_flag", "config", "config_text", "config_prepend", "config_append", "files", "env", "preseed",
-               "expect", "why", "timeout"}
+               "expect", "why", "timeout", "archive"}
 EXPECT_FIELDS = {"exit", "mentions", "hidden", "changes", "max_seconds"}
 FILE_FIELDS = {"path", "text", "b64", "json", "json_from", "json_set", "json_del", "dir", "fifo", "symlink",
                "absent", "copy_of", "mode", "uid", "gid"}
@@ -70,6 +72,7 @@ class Case:
     max_seconds: float = None
     timeout: float = 60.0
     why: str = ""
+    archive: dict = None
 
     def __str__(self):
         return self.id
@@ -103,6 +106,9 @@ def _case(family, raw, where):
         kinds = [k for k in FILE_KINDS if k in spec]
         if "path" not in spec or len(kinds) != 1:
             raise CorpusError(f"{where}: a file needs a path and one of {', '.join(FILE_KINDS)}: {spec}")
+    archive = raw.get("archive")
+    if archive is not None and (not isinstance(archive, dict) or ("entries" in archive) == ("raw_text" in archive)):
+        raise CorpusError(f"{where}: archive needs one of entries or raw_text: {archive}")
     exit_codes = expect.get("exit", 2)
     exit_codes = tuple(exit_codes) if isinstance(exit_codes, list) else (exit_codes,)
     mentions = expect.get("mentions")
@@ -116,7 +122,7 @@ def _case(family, raw, where):
         env=dict(raw.get("env", {})), preseed=dict(raw.get("preseed", {})), exit=exit_codes,
         mentions=tuple(tuple(m) if isinstance(m, list) else m for m in mentions),
         hidden=tuple(expect.get("hidden", ())), changes=tuple(expect.get("changes", ())), max_seconds=expect.get("max_seconds"),
-        timeout=float(raw.get("timeout", 60.0)), why=raw.get("why", ""))
+        timeout=float(raw.get("timeout", 60.0)), why=raw.get("why", ""), archive=archive)
 
 
 def load_file(path):

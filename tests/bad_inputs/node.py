@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from tests import harness
+from tests.bad_inputs import archive_mirror
 from tests.emulator import constants as C
 from tests.emulator_fixtures import FAKES_BIN
 
@@ -199,6 +200,10 @@ def prepare_node(case, work):
     with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(C.SP_CLIENT_SECRET + "\n")
     values = base_config(work)
+    mirror_files = []
+    if case.archive is not None:  # served by a mirror of its own (archive_mirror.py)
+        mirror_config, mirror_files = archive_mirror.serve(case, work)
+        values.update(mirror_config)
     for key, value in case.config.items():
         if value is None:
             values.pop(key, None)
@@ -210,7 +215,7 @@ def prepare_node(case, work):
     with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         f.write(_subst(text, root, work).encode("utf-8"))
     os.chmod(config, 0o600)
-    for spec in case.files:
+    for spec in mirror_files + list(case.files):
         put_file(spec, root, work)
     return root
 
