@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-from aks_flex_node import config, lifecycle, paths
+from aks_flex_node import config, lifecycle, output, paths
 from aks_flex_node.errors import ConfigError, ConfigProblem, ExitCode, FlexNodeError
 from aks_flex_node.host import Host
 from aks_flex_node.maintainer import node_files
@@ -322,6 +322,17 @@ def _setup_logging():
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    # What apt shows of us leaves with its control characters escaped, as the CLI's does
+    # (output.py); the debconf channel has descriptors of its own (debconf_channel.py).
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = output.ShownStream(sys.stdout), output.ShownStream(sys.stderr)
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(argv):
     _setup_logging()
     command, args = (argv[0], argv[1:]) if argv else ("", [])
     root = dpkg_root()

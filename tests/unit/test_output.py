@@ -54,3 +54,17 @@ def test_the_error_handler_escapes_what_it_prints_and_restores_the_streams(tmp_p
     assert cli.main(["config", "validate", "--root", str(tmp_path), "--config", config, "--json"]) == 2
     shown = capsys.readouterr().out
     assert "\x1b" not in shown and "\x1b[2Jnode.conf" in json.loads(shown)["message"]
+
+
+def test_the_maintainer_scripts_stderr_is_escaped_too(tmp_path):
+    """apt shows what the maintainer scripts print (a join's ARM error, a file name): the
+    same edge. An unknown command word is echoed back in the usage error."""
+    import os
+    import subprocess
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": repo, "DPKG_ROOT": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "aks_flex_node.maintainer.maintscript", "\x1b[2Jbogus"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "\x1b" not in done.stderr + done.stdout and "\\x1b[2Jbogus" in done.stderr
