@@ -28,11 +28,15 @@ class ClusterStep(ArcModeOnly, Step):
         # Every host change waits for this step (steps/workflow.py): a missing permission
         # fails here, before the host or Azure is touched. The permission reads go at the
         # same time as the cluster's: they are most of a converged run's waiting on ARM.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        # So does the user credential: its server and CA are cloud values checked before
+        # anything is written (a bad one is refused with the host untouched).
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             granted = pool.submit(permissions.require_join_permissions, clients, cfg.cluster,
                                   cfg.subscription_id, cfg.arc_resource_group)
+            credential = pool.submit(aks.server_and_ca, clients, cfg.cluster)
             cluster = aks.get_cluster(clients, cfg.cluster)  # its error first, as before
             granted.result()
+            ctx.data.user_credential = credential.result()
         if not cluster.azure_rbac:
             # The node authenticates with its Arc identity's Entra token; only Azure RBAC
             # for Kubernetes turns that identity's role assignments into API permissions.
@@ -57,6 +61,7 @@ class CredentialsStep(ArcModeOnly, Step):
     def check(self, ctx):
         from aks_flex_node.azure import aks
 
-        server, ca_pem = aks.server_and_ca(ctx.azure.clients, ctx.config.cluster)
+        # Read by the cluster phase with the cluster; alone (--phase credentials) read here.
+        server, ca_pem = ctx.data.user_credential or aks.server_and_ca(ctx.azure.clients, ctx.config.cluster)
         ctx.data.server, ctx.data.ca_pem = server, ca_pem
         return Plan(noop_reason=f"API server {server}")

@@ -18,6 +18,10 @@ class JoinData:
     arc_location: Optional[str] = None  # owner: cluster
     server: Optional[str] = None  # owner: credentials (the API server URL)
     ca_pem: Optional[bytes] = None  # owner: credentials (the cluster CA)
+    # owner: cluster, in Arc mode: listClusterUserCredential's (server, CA), read and checked
+    # with the cluster so that a bad answer fails before the host changes; credentials
+    # publishes it as server and ca_pem
+    user_credential: Optional[Tuple[str, bytes]] = dataclasses.field(default=None, repr=False)
     principal_id: Optional[str] = None  # owner: arc (the machine's managed identity)
     preflight: List[Any] = dataclasses.field(default_factory=list)  # owner: preflight
     node_token: Any = None  # the node identity's API server token, reused within a run
