@@ -29,6 +29,9 @@ by key). A case's fields:
             `mentions` defaults to the keys of `config`: the message names the field.
   archive   a release archive the case's node is served (tests/bad_inputs/archive_mirror.py:
             its entries, or raw bytes, or a cut); the node runs against that mirror
+  faults    emulator fault rules (tests/emulator/faults.py; a "set" rule rewrites a field of
+            an answer): the node's Azure is an emulator of the case's own with these rules
+            posted (tests/bad_inputs/cloud_faults.py)
   why       optional: what the case is about (the issue it comes from)
 """
 
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 RUNS = ("cli", "maintscript", "postinst")
-CASE_FIELDS = {"id", "run", "argv", "root_flag", "config", "config_text", "config_prepend", "config_append", "files", "env", "preseed",
+CASE_FIELDS = {"id", "run", "argv", "root_flag", "faults", "config", "config_text", "config_prepend", "config_append", "files", "env", "preseed",
                "expect", "why", "timeout", "archive"}
 EXPECT_FIELDS = {"exit", "mentions", "hidden", "changes", "max_seconds"}
 FILE_FIELDS = {"path", "text", "b64", "json", "json_from", "json_set", "json_del", "dir", "fifo", "symlink",
@@ -73,6 +76,7 @@ class Case:
     timeout: float = 60.0
     why: str = ""
     archive: dict = None
+    faults: tuple = ()
 
     def __str__(self):
         return self.id
@@ -106,6 +110,9 @@ def _case(family, raw, where):
         kinds = [k for k in FILE_KINDS if k in spec]
         if "path" not in spec or len(kinds) != 1:
             raise CorpusError(f"{where}: a file needs a path and one of {', '.join(FILE_KINDS)}: {spec}")
+    faults = raw.get("faults", [])
+    if not isinstance(faults, list) or not all(isinstance(rule, dict) for rule in faults):
+        raise CorpusError(f"{where}: faults: expected a list of emulator fault rules: {faults}")
     archive = raw.get("archive")
     if archive is not None and (not isinstance(archive, dict) or ("entries" in archive) == ("raw_text" in archive)):
         raise CorpusError(f"{where}: archive needs one of entries or raw_text: {archive}")
@@ -122,7 +129,8 @@ def _case(family, raw, where):
         env=dict(raw.get("env", {})), preseed=dict(raw.get("preseed", {})), exit=exit_codes,
         mentions=tuple(tuple(m) if isinstance(m, list) else m for m in mentions),
         hidden=tuple(expect.get("hidden", ())), changes=tuple(expect.get("changes", ())), max_seconds=expect.get("max_seconds"),
-        timeout=float(raw.get("timeout", 60.0)), why=raw.get("why", ""), archive=archive)
+        timeout=float(raw.get("timeout", 60.0)), why=raw.get("why", ""), archive=archive,
+        faults=tuple(faults))
 
 
 def load_file(path):

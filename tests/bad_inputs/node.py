@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from tests import harness
-from tests.bad_inputs import archive_mirror
+from tests.bad_inputs import archive_mirror, cloud_faults
 from tests.emulator import constants as C
 from tests.emulator_fixtures import FAKES_BIN
 
@@ -204,6 +204,10 @@ def prepare_node(case, work):
     if case.archive is not None:  # served by a mirror of its own (archive_mirror.py)
         mirror_config, mirror_files = archive_mirror.serve(case, work)
         values.update(mirror_config)
+    if case.faults:  # Azure is an emulator of its own, answering with the case's faults
+        fault_config, fault_files = cloud_faults.serve(case, work)
+        values.update(fault_config)
+        mirror_files = mirror_files + fault_files
     for key, value in case.config.items():
         if value is None:
             values.pop(key, None)
@@ -400,7 +404,10 @@ def run_cli(case, work):
             argv += ["--root", root]
     outcome = Outcome(case)
     before = snapshot(root)
-    _execute(argv, env, work, case.timeout, outcome)
+    try:
+        _execute(argv, env, work, case.timeout, outcome)
+    finally:
+        cloud_faults.release(work)
     _judge(case, outcome, before, snapshot(root), root, work)
     return outcome
 

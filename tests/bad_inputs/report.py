@@ -56,7 +56,7 @@ def _pct(part, whole):
 
 def table(outcomes):
     """By family: cases tried, with a clear error, with nothing changed, passed."""
-    header = f"{'family':<16} {'tried':>5}  {'clear error':>14}  {'nothing changed':>15}  {'passed':>14}"
+    header = f"{'family':<20} {'tried':>5}  {'clear error':>14}  {'nothing changed':>15}  {'passed':>14}"
     lines = [header, "-" * len(header)]
     groups = {}
     for outcome in outcomes:
@@ -65,7 +65,7 @@ def table(outcomes):
         if family == "TOTAL":
             lines.append("-" * len(header))
         n = len(group)
-        lines.append(f"{family:<16} {n:>5}  {_pct(sum(o.clear for o in group), n):>14}  "
+        lines.append(f"{family:<20} {n:>5}  {_pct(sum(o.clear for o in group), n):>14}  "
                      f"{_pct(sum(o.unchanged for o in group), n):>15}  {_pct(sum(o.passed for o in group), n):>14}")
     return "\n".join(lines)
 
