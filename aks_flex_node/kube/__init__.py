@@ -49,6 +49,9 @@ class Forbidden(AuthError):
 Eviction = collections.namedtuple("Eviction", "outcome message")
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+# The most of one answer we read: a Node is kilobytes, a node's pod list (250 pods at most,
+# maxPods' bound) a few megabytes. A bigger answer is refused, not held in memory.
+MAX_ANSWER = 32 * 1024 * 1024
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -109,6 +112,7 @@ class KubeClient:
             raise KubeError(f"apiserver server = {server!r}: expected an https:// URL")
         self.server = server.rstrip("/")
         self.timeout = timeout
+        self.max_answer = MAX_ANSWER
         self._token_provider = token_provider
         self.policy = policy if policy is not None else DIRECT
         try:
@@ -143,10 +147,10 @@ class KubeClient:
             request.add_header("Authorization", f"Bearer {self._token_provider()}")
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
-                status, body = response.status, response.read()
+                status, body = response.status, response.read(self.max_answer + 1)
         except urllib.error.HTTPError as err:
             with err:
-                status, body = err.code, err.read()
+                status, body = err.code, err.read(self.max_answer + 1)
         except (urllib.error.URLError, OSError, socket.timeout) as err:
             reason = getattr(err, "reason", err)
             if isinstance(reason, ssl.SSLCertVerificationError):
@@ -163,6 +167,9 @@ class KubeClient:
                 remedy="check the network path (and https_proxy/no_proxy) from this machine to the cluster",
                 code="apiserver-unreachable",
             ) from None
+        if len(body) > self.max_answer:
+            raise cloud_values.BadCloudValue(f"API server {self.server} {method} {path}", "body",
+                                             f"over {self.max_answer} bytes", f"at most {self.max_answer} bytes")
         try:
             payload = json.loads(body) if body else None
         except ValueError:

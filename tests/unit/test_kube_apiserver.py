@@ -171,3 +171,16 @@ def test_a_node_of_another_shape_is_not_ready_and_no_crash():
     for node in ({"status": {"conditions": "Ready"}}, {"status": []}, {"status": {"conditions": [3, None]}}, []):
         assert kube.is_ready(node) is False
         assert isinstance(kube._node_summary(node or {"status": "x"}), str)
+
+
+def test_an_answer_over_the_bound_is_refused_not_held(fresh_emulator, azure_clients):
+    """A hostile API server's endless answer: read up to the bound, then refused."""
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+    client = kube.KubeClient(server, ca_pem)
+    client.max_answer = 1000  # the bound, lowered: the emulator's answer is a few hundred bytes over it
+    fresh_emulator.faults([{"match": {"server": "apiserver", "path_regex": "^/version$", "times": 1},
+                            "set": {"padding": "x" * 2000}}])
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        client.server_version()
+    assert caught.value.field == "body" and caught.value.exit_code == 1
+    assert client.server_version()  # the next, normal answer is read
