@@ -31,6 +31,10 @@ class Machine:
     tenant_id: Optional[str]
     status: Optional[str]  # Connected | Disconnected | Error | Expired | AwaitingConnection
     agent_version: Optional[str]
+    # The agent's own ID for the host it runs on, chosen at connect (properties.vmId, create-only:
+    # specification/hybridcompute/.../stable/2026-07-15/openapi.json, MachineProperties): another
+    # vmId under our machine name is another host's connection (steps/preflight/identity.py).
+    vm_id: Optional[str] = None
 
 
 def _text(value):
@@ -54,6 +58,7 @@ def machine_from_model(model, source="ARM HybridCompute machines GET"):
         tenant_id=tenant_id and cloud_values.guid(tenant_id, source, "identity.tenantId"),
         status=_text(model_property(model, "status")),
         agent_version=_text(model_property(model, "agent_version")),
+        vm_id=_text(model_property(model, "vm_id")),
     )
 
 

@@ -168,7 +168,11 @@ class ExecPlugin:
         return bool(ctx.data.principal_id)
 
     def client(self, ctx):
-        return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, lambda: node_token(ctx), policy=ctx.http_policy)
+        return self.client_of(ctx, ctx.data.server, ctx.data.ca_pem)
+
+    def client_of(self, ctx, server, ca_pem):
+        """As the node, of the API server `server` (a preflight knows it before ctx.data does)."""
+        return kube.KubeClient(server, ca_pem, lambda: node_token(ctx), policy=ctx.http_policy)
 
     def ready_client(self, ctx):
         """A factory of clients for waiting on Ready: one client serves every attempt."""
@@ -215,7 +219,11 @@ class TlsBootstrap:
 
     def client(self, ctx):
         """As the kubelet, with its client certificate (TemporaryError until it has one)."""
-        return kube.KubeClient(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy,
+        return self.client_of(ctx, ctx.data.server, ctx.data.ca_pem)
+
+    def client_of(self, ctx, server, ca_pem):
+        """As the kubelet, of the API server `server` (a preflight knows it before ctx.data does)."""
+        return kube.KubeClient(server, ca_pem, policy=ctx.http_policy,
                                client_cert=str(ctx.host.path(KUBELET_CLIENT_CERT)))
 
     def ready_client(self, ctx):

@@ -150,8 +150,16 @@ def _put(app, req, caller, sub, rg, name, rid, record):
                      f"The resource '{name}' already exists in location '{record['location']}' in resource group "
                      f"'{rg}'. A resource with the same name cannot be created in location '{location}'. "
                      "Please select a new resource name.")
+        # Another host's connect under the same name (cloned images): Azure's answer is not
+        # documented, so this models the conservative reading, that the PUT takes the resource
+        # over. vmId is create-only (openapi.json: x-ms-mutability read, create), so it stays the
+        # first host's, and `claims` keeps every vmId that PUT it, for tests to see the collision.
+        claimed = props.get("vmId")
+        if isinstance(claimed, str) and claimed and claimed not in record.setdefault("claims", [record["vm_id"]]):
+            record["claims"].append(claimed)
         record["tags"] = tags
-        record["properties"].update({k: v for k, v in props.items() if isinstance(v, (str, int, bool))})
+        record["properties"].update({k: v for k, v in props.items()
+                                     if isinstance(v, (str, int, bool)) and k != "vmId"})
         if record["status"] != "Connected":
             record["status"], record["last_status_change"] = "Connected", now
         state.mark_dirty()
@@ -168,13 +176,14 @@ def _put(app, req, caller, sub, rg, name, rid, record):
         "tags": tags,
         "kind": body.get("kind"),
         "principal_id": principal_id,
-        "vm_id": str(uuid.uuid4()),
+        # The agent's own vmId when it sends one (the real agent does), else one of ours.
+        "vm_id": props.get("vmId") if isinstance(props.get("vmId"), str) and props.get("vmId") else str(uuid.uuid4()),
         "created": now,
         "status": "Connected",
         "last_status_change": now,
         "provisioning_state": "Succeeded",
         "agent_version": props.get("agentVersion") or c.AZCMAGENT_VERSION,
-        "properties": {k: v for k, v in props.items() if isinstance(v, (str, int, bool))},
+        "properties": {k: v for k, v in props.items() if isinstance(v, (str, int, bool)) and k != "vmId"},
         "created_by": caller.principal_id,
     }
     state.data["machines"][rid.lower()] = record

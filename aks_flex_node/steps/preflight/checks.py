@@ -13,14 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import FlexNodeError, PreflightError, TemporaryError, UsageError
-from aks_flex_node.host.azcmagent import Azcmagent
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
 from aks_flex_node.steps import kubelet_auth
 from aks_flex_node.steps.artifacts import ARCHES
 from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import CA_PATH
-from aks_flex_node.steps.preflight import reachability
+from aks_flex_node.steps.preflight import identity, reachability
 from aks_flex_node.steps.system import MODULES
 
 ERROR = "error"
@@ -219,8 +218,8 @@ def check_arm(ctx):
 
 
 def check_himds(ctx):
-    shown = Azcmagent(ctx.host, ctx.config.azcmagent).show() if check_azcmagent(ctx) is None else None
-    ctx.data.azcmagent_shown = shown
+    # One `azcmagent show` per run, shared with the identity checks (identity.agent_shown).
+    shown = identity.agent_shown(ctx) if check_azcmagent(ctx) is None else None
     if not shown or str(shown.get("status", "")).lower() != "connected":
         return None  # nothing to reach before the machine is connected
     # HIMDS is on this machine: always direct, whatever the proxy settings (azure/himds.py).
@@ -298,6 +297,22 @@ def check_joined_elsewhere(ctx):
                        "run `aks-flex-node unbootstrap` first (dpkg-reconfigure does it for you)")
 
 
+def _verdict(verdict):
+    return None if verdict is None else Finding(*verdict)
+
+
+def check_machine_id(ctx):
+    return _verdict(identity.machine_id_verdict(ctx))
+
+
+def check_node_identity(ctx):
+    return _verdict(identity.node_identity_verdict(ctx))
+
+
+def check_arc_identity(ctx):
+    return _verdict(identity.arc_identity_verdict(ctx))
+
+
 _ARC = (JoinMode.ARC,)  # the other modes use no Arc agent
 _AZURE = tuple(mode for mode in JoinMode if mode.asks_azure)  # bootstrap-token calls no Azure endpoint
 # (name, check, the join modes it applies in: None for every one); in the others it passes.
@@ -309,6 +324,9 @@ CHECKS = (
     ("proxy", check_proxy, None), ("azure-endpoints", check_arm, _AZURE),
     ("agent-pool", check_agent_pool, (JoinMode.AGENT_POOL,)), ("cluster-api", check_cluster_api, None),
     ("joined-elsewhere", check_joined_elsewhere, None),
+    # Is the machine name another machine's? (identity.py: cloned images)
+    ("machine-id", check_machine_id, None), ("node-identity", check_node_identity, None),
+    ("arc-identity", check_arc_identity, _ARC),
 )
 CHECK_NAMES = tuple(name for name, _check, _modes in CHECKS)
 
