@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 
+from tests import digest_fixtures
 from tests.emulator import constants as C
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,8 +58,10 @@ def exec_plugin_wrapper(directory):
     return path
 
 
-def write_config(root, emu, wrapper, cluster_id=None, extra=None):
-    """A config pointing at the emulator, the SP secret in its own 0600 file."""
+def write_config(root, emu, wrapper, cluster_id=None, extra=None, digests=()):
+    """A config pointing at the emulator, the SP secret in its own 0600 file, the
+    emulator's artifact digests pinned (tests/digest_fixtures.py; `digests`: lines of
+    digest_fixtures.line for artifacts a test placed in the mirror)."""
     os.makedirs(os.path.join(root, "etc/aks-flex-node"), exist_ok=True)
     shutil.copy(emu.ca_bundle, os.path.join(root, CA_PATH.lstrip("/")))
     secret = os.path.join(root, SECRET_PATH.lstrip("/"))
@@ -80,6 +83,7 @@ def write_config(root, emu, wrapper, cluster_id=None, extra=None):
         "himds_endpoint": emu.himds,
         "cluster_resource_id": cluster_id or C.CLUSTER_ID,
         "artifact_mirror": emu.artifacts,
+        "artifact_digests_file": digest_fixtures.write_digests(root, digests),
         "node_labels": "team=edge",
         "node_ready_timeout": "60",
         "exec_plugin_command": wrapper,

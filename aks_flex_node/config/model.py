@@ -10,8 +10,8 @@ import difflib
 from collections.abc import Mapping
 from pathlib import Path
 
-from aks_flex_node import clouds
-from aks_flex_node.config import spec
+from aks_flex_node import artifact_digests, clouds
+from aks_flex_node.config import named_files, spec
 from aks_flex_node.config.checks import ValidateError
 from aks_flex_node.config.checks_net import api_server_url
 from aks_flex_node.config.cluster_ref import parse_cluster_id
@@ -185,6 +185,22 @@ class Config(Mapping):
         url = self._values[f"{name}_url"].format(version=version, arch=arch)
         checksum_url = self._values[f"{name}_sha256_url"].format(url=url, version=version, arch=arch)
         return url, checksum_url
+
+    def artifact_digest(self, name, version, arch):
+        """The Digest (artifact_digests.py) `name` `version` for `arch` must have: the
+        operator's (artifact_digests_file) first, else the one this package ships; an
+        ArtifactDigestUnknown naming both places when neither has one."""
+        pins = None
+        node_path = self._values.get("artifact_digests_file")
+        if node_path:
+            problems = []
+            pins = named_files.check_digests_file("artifact_digests_file", node_path, str(self.root), problems)
+            if problems:  # changed since the configuration was checked
+                raise ConfigError(problems, source=self.source)
+        digest = artifact_digests.trusted(pins, name, version, arch)
+        if digest is None:
+            raise artifact_digests.ArtifactDigestUnknown(name, version, arch, node_path)
+        return digest
 
     # Where a value came from when it is not the file's or a default: key -> origin (e.g.
     # "listBootstrapData"), set by overlaid(); always replaced, never changed in place.

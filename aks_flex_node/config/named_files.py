@@ -11,7 +11,7 @@ import os
 import re
 import stat
 
-from aks_flex_node import paths
+from aks_flex_node import artifact_digests, paths
 from aks_flex_node import strictmodes
 from aks_flex_node.config.fileformat import file_kind, is_control
 from aks_flex_node.errors import ConfigProblem
@@ -36,6 +36,8 @@ BOOTSTRAP_TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 BOOTSTRAP_TOKEN_FORM = "<6 chars>.<16 chars>"
 # The token and its newline; a little room for a hand-made file's trailing blanks.
 BOOTSTRAP_TOKEN_MAX_BYTES = 256
+# artifact_digests_file: a line is under 200 bytes; 1 MiB is thousands of builds.
+DIGESTS_MAX_BYTES = 1024 * 1024
 
 
 def bootstrap_token_problem(text):
@@ -68,6 +70,22 @@ def read_bootstrap_token(path):
     if expected:
         raise ValueError(expected)
     return text.strip()
+
+
+def check_digests_file(key, node_path, root, problems):
+    """artifact_digests_file: the operator's digests (artifact_digests.py says the form),
+    read as carefully as a secret (root's or ours, nobody else may change it; never through
+    a link) since what it says is what we install. The parsed table, or None with problems."""
+    data = _checked_read(key, node_path, root, problems, DIGESTS_MAX_BYTES, "a digest list", private=False)
+    if data is None:
+        return None
+    try:
+        return artifact_digests.parse(data.decode("utf-8"), node_path)
+    except UnicodeDecodeError:
+        problems.append(ConfigProblem(key, node_path, "a UTF-8 text file of digest lines"))
+    except artifact_digests.DigestTableError as err:
+        problems.append(ConfigProblem(key, node_path, f"digest lines: {err.message}"))
+    return None
 
 
 def check_secret_file(key, node_path, root, problems):

@@ -109,6 +109,8 @@ def check_meaning(values, failed, root, held, problems, written=()):
     if ok("cluster_ca_file") and values["cluster_ca_file"] and "cluster_ca_file" not in written:
         named_files.check_pem_file("cluster_ca_file", values["cluster_ca_file"], root, problems, private=False,
                                    kinds=("CERTIFICATE",), max_bytes=named_files.CLUSTER_CA_MAX_BYTES)
+    if ok("artifact_digests_file") and values["artifact_digests_file"]:
+        named_files.check_digests_file("artifact_digests_file", values["artifact_digests_file"], root, problems)
     if ok("sp_certificate_file") and values["sp_certificate_file"]:
         named_files.check_pem_file("sp_certificate_file", values["sp_certificate_file"], root, problems,
                                    private=True, kinds=("CERTIFICATE", "PRIVATE KEY"),

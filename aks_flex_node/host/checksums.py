@@ -1,19 +1,24 @@
 """What a download is checked against: the sha256 and URL a caller gives, the sha256 a
 checksum file gives, and which checksum files the cache keeps.
 
-Every artifact is fetched against a known sha256 (download.py says why). The sha256 comes
-from the configuration or from a checksum file published beside the artifact; this module
+Every artifact is fetched against a known sha256 (download.py says why). For a release
+artifact the digest that counts is a trusted one (artifact_digests.py: shipped in the package
+or pinned by the operator), never a checksum file from the server that serves the artifact.
+When the trusted digest is a sha512, a checksum file published beside the artifact still
+gives the sha256 the download is fetched and cached under, and verify_file then checks the
+whole file against the sha512 before anything staged from it is put in place. This module
 reads what such files say and decides which of them may be kept for an offline re-run,
 while the Downloader does the network side.
 """
 
+import hashlib
 import logging
 import re
 import threading
 import urllib.parse
 
 from aks_flex_node.host import fs
-from aks_flex_node.host.download_errors import DownloadError
+from aks_flex_node.host.download_errors import ChecksumMismatch, DownloadError
 from aks_flex_node.http_policy import redact
 
 log = logging.getLogger(__name__)
@@ -111,3 +116,29 @@ class UnverifiedChecksums:
             elif fs.read_bytes(cached) == body:
                 log.warning("removing %s: the artifact did not match its sha256", cached)
                 fs.remove(cached)
+
+
+_CHUNK = 1 << 20
+
+
+def verify_file(path, url, trusted):
+    """Nothing when the file at `path` (the verified download of `url`) hashes to `trusted`
+    (an artifact_digests.Digest); else it is removed, so no later run takes it from the
+    cache, and ChecksumMismatch says so."""
+    digest = hashlib.new(trusted.algorithm)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    actual = digest.hexdigest()
+    if actual != trusted.hex:
+        fs.remove(path)
+        raise ChecksumMismatch(f"{trusted.algorithm} mismatch for {url}: expected {trusted.hex}, got {actual}; "
+                               "the download was deleted")
+
+
+def mismatch_from(err, trusted):
+    """`err` (a ChecksumMismatch) naming where the digest it was checked against came from."""
+    return ChecksumMismatch(
+        f"{err.message} (the trusted {trusted.algorithm} is from {trusted.source})",
+        remedy="the server sent other bytes than the release's: check the mirror (artifact_mirror, *_url); "
+               "for a build of your own, pin its digest in artifact_digests_file (docs/configuration.md)")

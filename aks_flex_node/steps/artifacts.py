@@ -34,7 +34,9 @@ import stat
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.host import checksums
 from aks_flex_node.host.archive import members
+from aks_flex_node.host.download_errors import ChecksumMismatch
 from aks_flex_node.host.fs import HostFileError
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.kinds import Kind
@@ -171,13 +173,28 @@ class ArtifactStep(tracked.OwnsPaths, Step):
         return plan
 
     def install(self, ctx, url, checksum_url, version=None):
+        # What the bytes must hash to comes from this package or the operator, never from
+        # the server that serves them (artifact_digests.py): a version neither names is
+        # refused before anything is downloaded.
+        trusted = ctx.config.artifact_digest(self.artifact, version or self.version(ctx), node_arch())
         tracked.ensure_cache_dir(ctx, self.name)
         downloader = ctx.downloader()
         filename = url.rsplit("/", 1)[-1]
-        digest = downloader.checksum(checksum_url, filename)
+        if trusted.algorithm == "sha256":
+            digest = trusted.hex
+        else:
+            # A sha512 (all the Kubernetes CHANGELOG publishes): the server's sha256 only
+            # names the download in the cache; the bytes count once their sha512 matches.
+            digest = downloader.checksum(checksum_url, filename)
         unpack = _Unpack(ctx, self, self.target_dir(version), self.record_id(version), url)
         try:
-            if not downloader.fetch_into(url, digest, unpack):
+            try:
+                contained = downloader.fetch_into(url, digest, unpack)
+                if trusted.algorithm != "sha256":
+                    checksums.verify_file(downloader.cache_path(url, digest), url, trusted)
+            except ChecksumMismatch as e:
+                raise checksums.mismatch_from(e, trusted) from e
+            if not contained:
                 raise FlexNodeError(f"{url} did not contain the files {self.name} needs")
             self._commit(ctx, url, unpack)
         except BaseException:

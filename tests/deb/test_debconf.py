@@ -12,7 +12,7 @@ import stat
 import pytest
 
 from aks_flex_node import config
-from tests import harness
+from tests import digest_fixtures, harness
 from tests.deb import sandbox as sb_mod
 from tests.deb.test_maintscripts import CLIENT, CLUSTER, TENANT, loopback_cloud, preseed_join
 from tests.deb.conftest import require_tools
@@ -58,6 +58,7 @@ def emulated_node(fake_host, tmp_path):
     config.write(sb_mod.CONF, {
         "cloud": "custom", "arm_endpoint": emu.arm, "authority_host": emu.authority,
         "ca_bundle": harness.CA_PATH, "himds_endpoint": emu.himds, "artifact_mirror": emu.artifacts,
+        "artifact_digests_file": digest_fixtures.write_digests(root),
         "node_ready_timeout": "60", "exec_plugin_command": wrapper,
     }, root=root)
     env = fake_env(emu, sb.root, sb.fake_state)

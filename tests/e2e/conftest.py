@@ -30,7 +30,7 @@ import pytest
 from aks_flex_node.azure import himds
 from tests.e2e import container as ct
 from tests.e2e.mirror import Mirror
-from tests.e2e.node import REPO_MOUNT, UPSTREAM_KEYS_MOUNT, Node
+from tests.e2e.node import DIGESTS, REPO_MOUNT, UPSTREAM_KEYS_MOUNT, Node
 from tests.e2e.repository import Repo
 
 TOOLS = ("mmdebstrap", "systemd-nspawn", "nsenter", "aptly", "gpg", "dpkg-buildpackage", "equivs-build", "piuparts", "mount")
@@ -226,6 +226,7 @@ def boot_node(base_root, fresh_emulator, request):
         box = _boot(base_root, request, [(repo.path, REPO_MOUNT, True),
                                          (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False)], **options)
         n = Node(box, fresh_emulator)
+        box.write(DIGESTS, request.getfixturevalue("mirror").digests(), 0o644)
         if add_repository:
             n.add_repository(repo)
         n.configure_arc_agent()

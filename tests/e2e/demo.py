@@ -206,6 +206,7 @@ def up(directory, repo_dir, release=ct.DEFAULT_RELEASE):
     node.configure_arc_agent()
 
     banner("what the operator writes first: the endpoints (not asked by debconf), then the preseed")
+    box.write(n.DIGESTS, mirror.digests(), 0o644)  # the digests of the mirror's builds (artifact_digests_file)
     node.write_config(n.endpoint_settings(emulator, mirror))
     say(f"{n.CONF} (0600):\n" + _indent(box.read(n.CONF).decode()))
     answers = n.preseed_answers(machine_name=MACHINE_NAME)

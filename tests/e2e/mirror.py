@@ -29,6 +29,8 @@ import tarfile
 import tempfile
 import threading
 
+from tests import digest_fixtures
+
 ARCH = "amd64"
 _MTIME = 1700000000
 
@@ -121,6 +123,13 @@ class Mirror:
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
                                        name="e2e-mirror", daemon=True)
         self.thread.start()
+
+    def digests(self):
+        """The digest lines of what it serves (artifact_digests_file, as an operator pins the
+        builds of their own mirror): Debian's binaries repacked, the emulator's for the rest."""
+        own = [digest_fixtures.line(artifact, version, self.files[digest_fixtures.FILENAMES[artifact].format(
+            version=version, arch=ARCH)], ARCH) for artifact, version in self.versions.items()]
+        return digest_fixtures.with_lines(own)
 
     def lookup(self, name):
         with self._lock:

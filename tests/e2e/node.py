@@ -30,6 +30,9 @@ CONF = "/etc/aks-flex-node/aks-flex-node.conf"
 # The emulator's CA, put where an operator keeps a private CA: outside our directory, so
 # that a purge (which removes /etc/aks-flex-node) leaves it, as it must.
 CA = "/usr/local/share/aks-e2e/emulator-ca.pem"
+# The digests of what the mirror serves (tests/e2e/mirror.py, Mirror.digests), pinned as an
+# operator pins their own builds' (artifact_digests_file); conftest's boot_node writes it.
+DIGESTS = "/usr/local/share/aks-e2e/artifact-digests"
 ARC_SETTINGS = "/etc/default/azcmagent-standin"
 # needrestart (in the base root, its apt hook off): a configuration snippet of ours, which it
 # evaluates as Perl at every run (needrestart's conf.d), appends one line per run here.
@@ -72,6 +75,7 @@ def endpoint_settings(emulator, mirror):
         "authority_host": emulator.authority,
         "ca_bundle": CA,
         "artifact_mirror": mirror.url,
+        "artifact_digests_file": DIGESTS,
         "containerd_version": mirror.versions["containerd"],
         "runc_version": mirror.versions["runc"],
         "cni_version": mirror.versions["cni"],

@@ -425,7 +425,9 @@ def artifact_cells():
         rule_cell("artifact", "corrupt", "runc served damaged (same length), once",
                   {"match": {"server": "artifacts", "path_regex": runc, "times": 1}, "corrupt": True},
                   "artifacts"),
-        rule_cell("artifact", "wrong checksum", "runc's .sha256 names another digest, once",
+        # Never read since issue 26: the trusted digest (artifact_digests.py) is checked,
+        # not the mirror's; the cell shows a lying checksum file changes nothing.
+        rule_cell("artifact", "wrong checksum", "runc's .sha256 names another digest, once (ignored)",
                   {"match": {"server": "artifacts", "path_regex": r"runc-v[^/]*\.amd64\.sha256$", "times": 1},
                    "respond": {"status": 200, "body": bad}}, "artifacts"),
     ]

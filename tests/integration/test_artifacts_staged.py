@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests import harness
+from tests import digest_fixtures, harness
 from tests.harness import REPO
 
 LEDGER = "/var/lib/aks-flex-node/ledger.json"
@@ -44,9 +44,11 @@ def tarball(path, kubelet=b"#!/bin/sh\necho kubelet\n", link=False):
 
 
 def pinned(node, tmp_path, **kw):
-    """Serve our tarball as VERSION's and pin the node to it."""
-    node.emu.admin("POST", "artifacts", {"name": NAME, "path": str(tarball(tmp_path / NAME, **kw))})
-    harness.write_config(node.root, node.emu, node.wrapper, extra={"kubernetes_version": VERSION})
+    """Serve our tarball as VERSION's and pin the node to it (and to its digest)."""
+    path = tarball(tmp_path / NAME, **kw)
+    node.emu.admin("POST", "artifacts", {"name": NAME, "path": str(path)})
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"kubernetes_version": VERSION},
+                         digests=[digest_fixtures.line("kubernetes", VERSION, path.read_bytes(), "amd64")])
 
 
 def temps(node, directory):
@@ -120,8 +122,10 @@ def test_a_run_killed_while_it_unpacks_leaves_only_what_the_ledger_names(node, t
 
 def test_an_archive_that_does_not_match_its_sha256_installs_nothing(node, tmp_path):
     pinned(node, tmp_path)
-    node.emu.faults([{"match": {"server": "artifacts", "path_regex": re.escape(NAME) + r"\.sha256$"},
-                      "respond": {"status": 200, "body": f"{'0' * 64}  {NAME}\n"}}])
+    # The trusted digest (artifact_digests_file) is another's: the bytes are staged as they
+    # arrive, and none of them lands.
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"kubernetes_version": VERSION},
+                         digests=[f"kubernetes {VERSION} amd64 sha256:{'0' * 64}"])
     before = {p for p in node.files() if p.startswith(("/usr/local", "/opt"))}
     proc = node.cli("bootstrap", "--phase", "kubernetes")
     assert proc.returncode != 0 and "sha256 mismatch" in proc.stderr, proc.stderr

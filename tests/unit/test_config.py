@@ -62,6 +62,7 @@ EVERY_DEFAULT = {
     "cni_url": "https://github.com/containernetworking/plugins/releases/download/v{version}/cni-plugins-linux-{arch}-v{version}.tgz",
     "cni_sha256_url": "{url}.sha256",
     "artifact_mirror": "",
+    "artifact_digests_file": "",
     "cache_dir": paths.DEFAULT_CACHE_DIR,
     "node_labels": ["kubernetes.azure.com/managed=false"],
     "node_taints": [],
