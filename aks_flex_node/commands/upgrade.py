@@ -8,6 +8,7 @@ kubelet's version-skew policy (kubeversion.check_target).
 from dataclasses import dataclass
 from typing import Tuple
 
+from aks_flex_node import kube
 from aks_flex_node.errors import FlexNodeError, UsageError
 from aks_flex_node.kubeversion import KubeVersion, check_target, parse_version
 from aks_flex_node.steps import kubelet_auth
@@ -46,7 +47,7 @@ def versions(client, node_name, configured, to=None):
     `to` or the API server's version (follow the cluster)."""
     apiserver = parse_version(client.server_version(), "the API server's gitVersion")
     node = client.get_node(node_name)
-    reported = ((node or {}).get("status") or {}).get("nodeInfo", {}).get("kubeletVersion")
+    reported = kube.kubelet_version(node, f"API server {client.server} GET node {node_name}")
     if reported:
         current, current_from = parse_version(reported, f"node {node_name} status.nodeInfo.kubeletVersion"), \
             f"node {node_name} status.nodeInfo.kubeletVersion"

@@ -288,6 +288,15 @@ class KubeClient:
 
 
 
+def kubelet_version(node, source):
+    """A Node's status.nodeInfo.kubeletVersion, checked as a Kubernetes version
+    (cloud_values.BadCloudValue naming `source` otherwise); None when it reports none."""
+    reported = _field(node, "status", "nodeInfo", "kubeletVersion")
+    if reported is None or reported == "":
+        return None
+    return cloud_values.kube_version(reported, source, "status.nodeInfo.kubeletVersion")
+
+
 def is_ready(node):
     """Whether a Node object's Ready condition is True."""
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _conditions(node))

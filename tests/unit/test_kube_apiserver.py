@@ -184,3 +184,17 @@ def test_an_answer_over_the_bound_is_refused_not_held(fresh_emulator, azure_clie
         client.server_version()
     assert caught.value.field == "body" and caught.value.exit_code == 1
     assert client.server_version()  # the next, normal answer is read
+
+
+@pytest.mark.parametrize("reported", ["v1.30.4/x", "v1.30.4\n", 130, ["v1.30.4"]])
+def test_a_bad_kubelet_version_of_a_node_is_a_bad_cloud_value(reported):
+    node = {"status": {"nodeInfo": {"kubeletVersion": reported}}}
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        kube.kubelet_version(node, "API server GET node n1")
+    assert caught.value.field == "status.nodeInfo.kubeletVersion"
+
+
+def test_a_kubelet_version_is_read_or_none():
+    assert kube.kubelet_version({"status": {"nodeInfo": {"kubeletVersion": "v1.30.4"}}}, "x") == "v1.30.4"
+    assert kube.kubelet_version({"status": {"nodeInfo": {}}}, "x") is None
+    assert kube.kubelet_version(None, "x") is None
