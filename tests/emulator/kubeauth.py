@@ -255,6 +255,9 @@ def decide(app, cl, user, attrs):
     if BOOTSTRAP_GROUP in user.groups and not attrs.path:
         if attrs.verb in _BOOTSTRAPPER_RULES.get((attrs.group, attrs.full_resource), ()):
             return True, ""
+        if (attrs.verb, attrs.group, attrs.full_resource) == ("get", "", "nodes") and \
+                app.state.settings["bootstrap_get_nodes"] == "on":
+            return True, ""  # kubeadm:get-nodes (profiles.py, bootstrap_get_nodes)
     if user.kind == "azure-token":
         if _azure_rbac_allows(app.state, cl, user.name):
             return True, ""

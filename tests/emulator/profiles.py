@@ -14,6 +14,12 @@ SETTINGS = {
     # Seconds after a role assignment is created before the kube-apiserver stand-in honours it
     # (Learn RBAC troubleshooting: "up to 10 minutes" in Azure; 1 s keeps tests fast but non-zero).
     "rbac_propagation_delay": (1.0, float),
+    # "on": the bootstrap group may get Nodes, as kubeadm's kubeadm:get-nodes ClusterRole lets
+    # system:bootstrappers (kubeadm join asks whether its Node name is taken) and upstream's
+    # kubeadm e2e binds it to system:bootstrappers:aks-flex-node (Azure/AKSFlexNode,
+    # hack/e2e/lib/node-join-kubeadm.sh); "off": AKS's
+    # bootstrap tokens, CSR creation only (kubeauth.py).
+    "bootstrap_get_nodes": ("off", str),
     # Seconds after a principal is created during which a role assignment without
     # principalType=ServicePrincipal fails with PrincipalNotFound (Learn RBAC troubleshooting:
     # https://learn.microsoft.com/azure/role-based-access-control/troubleshooting).

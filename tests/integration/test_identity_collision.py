@@ -7,6 +7,7 @@ emulator: scratch roots with the same machine_name and different /etc/machine-id
 - the same machine rejoins.
 """
 
+import base64
 import hashlib
 import os
 import shutil
@@ -166,3 +167,38 @@ def test_overridden_the_emulator_shows_two_machines_fighting_over_one_name(node,
     assert machine["vm_id"] == first_vm_id and len(machine["claims"]) == 2
     seen = wait_for(lambda: kube_node(node.emu)["status"]["nodeInfo"]["machineID"] == ID_B, timeout=120)
     assert seen, kube_node(node.emu)["status"]["nodeInfo"]
+
+
+def bootstrap_token_mode(node):
+    """`node` in bootstrap-token mode: a token minted by listBootstrapData (the operator's
+    call), the API server and its CA in the config, no Azure credential."""
+    status, _, data = node.emu.arm_call("POST", f"{C.FLEX_POOL_ID}/listBootstrapData", C.AGENTPOOL_API, body={})
+    assert status == 200, data
+    token_path, ca_path = "/etc/aks-flex-node/bootstrap-token", "/etc/aks-flex-node/cluster-ca.pem"
+    for node_path, text, mode in ((token_path, data["azure"]["bootstrapToken"]["token"] + "\n", 0o600),
+                                  (ca_path, base64.b64decode(data["node"]["kubelet"]["caCertData"]).decode(), 0o644)):
+        with open(os.open(node.path(node_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
+            f.write(text)
+    harness.write_config(node.root, node.emu, node.wrapper, extra={
+        "join_mode": "bootstrap-token", "bootstrap_token_file": token_path,
+        "api_server": "https://" + data["node"]["kubelet"]["clusterFQDN"], "cluster_ca_file": ca_path,
+        "kubernetes_version": data["components"]["kubernetes"],
+        "auth_method": "", "sp_client_id": "", "sp_client_secret_file": "", "arc_tags": "", "himds_endpoint": ""})
+    os.unlink(node.path(harness.SECRET_PATH))
+
+
+def test_bootstrap_token_mode_asks_with_the_token_where_the_cluster_lets_it(node, second):
+    """A first join in bootstrap-token mode holds no node credential yet; where the cluster
+    lets bootstrap tokens get Nodes (kubeadm's kubeadm:get-nodes), the token asks, as kubeadm
+    join does, and a Ready Node of another machine ID refuses the join."""
+    node.emu.settings(bootstrap_get_nodes="on")
+    for each, machine_id in ((node, ID_A), (second, ID_B)):
+        bootstrap_token_mode(each)
+        set_machine_id(each, machine_id)
+    node.cli("bootstrap", check=True)
+    refused_by_preflight(second)
+    code, checks = preflight(second)
+    assert code == 3 and checks["node-identity"]["status"] == "error", checks["node-identity"]
+    assert ID_A in checks["node-identity"]["message"]
+    code, checks = preflight(node)  # the first machine, again: its own Node
+    assert code == 0 and checks["node-identity"]["status"] == "pass"

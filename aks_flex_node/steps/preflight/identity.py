@@ -32,9 +32,10 @@ a running kubelet) and warns; it asks the cluster nothing.
   from the API server its kubeconfig names. Ready with another machine ID: refused (another
   machine is that node now). NotReady with another machine ID: a warning, since re-imaging a
   machine gives it a new ID under its old name and its Node goes NotReady meanwhile. A host
-  that holds no credential yet (a first join) cannot ask; the Arc check below covers Arc mode,
-  and in the TLS bootstrap modes the bootstrap token may not read Nodes (AKS binds it to CSR
-  creation only), so the Node is not checked before a first join there.
+  that holds no credential yet (a first join) asks with the configured bootstrap token in
+  bootstrap-token mode, where the cluster lets it read Nodes (kubeadm's kubeadm:get-nodes);
+  otherwise it cannot ask: the Arc check below covers Arc mode, and an agent-pool first join
+  is not checked (the pool's token comes after preflight, and AKS's may not read Nodes).
 - arc-identity (Arc mode): the Machine of our machine name in Azure, read with the operator's
   ARM credential. Connected with a vmId other than this host's agent's: refused.
 """
@@ -43,6 +44,7 @@ import re
 import threading
 
 from aks_flex_node import kube
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.host import careful_read
 from aks_flex_node.host.azcmagent import Azcmagent
@@ -131,14 +133,33 @@ def _node_client(ctx):
     try:
         server, ca_pem = kubelet_auth.api_server_of(ctx.host, auth)
     except FlexNodeError:
-        return None  # no kubeconfig: a first join
+        return _bootstrap_token_client(ctx)  # no kubeconfig: a first join
     if ctx.mode.tls_bootstrap:
         if not auth.has_identity(ctx):
-            return None  # no client certificate of the kubelet's yet
+            return _bootstrap_token_client(ctx)  # no client certificate of the kubelet's yet
         return auth.client_of(ctx, server, ca_pem)
     if _connected_shown(ctx) is None:
         return None  # no HIMDS token before the agent connects
     return auth.client_of(ctx, server, ca_pem)
+
+
+def _bootstrap_token_client(ctx):
+    """Bootstrap-token mode: the configured token, API server and CA, known before any
+    change. Whether the token may read Nodes is the cluster's choice: kubeadm (1.18 and later)
+    grants it to bootstrap tokens with its kubeadm:get-nodes ClusterRole (kubernetes.io,
+    "Troubleshooting kubeadm": "Not possible to join a v1.18 Node to a v1.17 cluster due to
+    missing RBAC"), and Azure/AKSFlexNode's kubeadm e2e binds that role to
+    system:bootstrappers:aks-flex-node (hack/e2e/lib/node-join-kubeadm.sh); AKS's pool tokens
+    may not (node_identity_verdict then knows nothing). Other modes: None (the pool's token
+    comes with the cluster phase, after preflight)."""
+    cfg = ctx.config
+    if ctx.mode is not JoinMode.BOOTSTRAP_TOKEN or not cfg.api_server_url:
+        return None
+    ca_pem, token = cfg.cluster_ca(), cfg.bootstrap_token()
+    if not ca_pem or not token:
+        return None
+    return kube.KubeClient(cfg.api_server_url, ca_pem.encode(), token_provider=lambda: token,
+                           policy=ctx.http_policy)
 
 
 def node_claim(node, ours):
@@ -159,7 +180,10 @@ def node_identity_verdict(ctx):
     client = _node_client(ctx)
     if client is None:
         return None
-    node = client.get_node(name)
+    try:
+        node = client.get_node(name)
+    except (kube.Forbidden, kube.Unauthorized):
+        return None  # this credential may not read Nodes (a bootstrap token on AKS): unknown
     if node is None:
         return None
     claim = node_claim(node, mid.value)
