@@ -163,6 +163,7 @@ def _remove_run_state(host, ledger):
     """What a run keeps for itself (fixed paths of ours, never a configured one); the
     ledger goes once nothing is left in it to undo."""
     host.remove(paths.TOKEN_CACHE)
+    host.remove(paths.TOKEN_LOCK)
     for obligation in ledger.obligations():  # the units they were for are gone
         ledger.settle(obligation.kind, obligation.unit)
     for leftover in host.remove_tree(paths.RUN_DIR):

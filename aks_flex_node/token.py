@@ -231,8 +231,9 @@ class TokenCache:
     A file we did not write (other owner, group/other-readable) is ignored, not trusted.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, lock_path=None):
         self.path = path
+        self.lock_path = lock_path or path + ".lock"
 
     def load(self, resource, now):
         from aks_flex_node.host import careful_read
@@ -274,7 +275,7 @@ class TokenCache:
 
         Many cold calls at once (a node's kubelet and the tools that share its kubeconfig,
         right after a boot) would each ask HIMDS for a token: the first takes an flock on
-        `<cache>.lock` and mints, the others wait for it and then read the cache it wrote.
+        `paths.TOKEN_LOCK` and mints, the others wait for it and then read the cache it wrote.
         A lock we cannot use (a link or a FIFO planted there, a directory others can
         write), or one still held after `wait` seconds, costs only the single flight."""
         from aks_flex_node.host import lock_file
@@ -282,7 +283,7 @@ class TokenCache:
         try:
             if not self._private_dir():
                 return None
-            fd = lock_file.open_private(self.path + ".lock")
+            fd = lock_file.open_private(self.lock_path)
         except (OSError, lock_file.Unsafe):
             return None
         if lock_file.hold(fd, wait):
@@ -314,7 +315,7 @@ def get_token(root, config_path=None, now=None):
     The configuration is read only for a new token: a cache hit costs no configobj import."""
     clock_now = (lambda: int(time.time())) if now is None else (lambda: now)
     node = paths.Paths(root)
-    cache = TokenCache(str(node.real(paths.TOKEN_CACHE)))
+    cache = TokenCache(str(node.real(paths.TOKEN_CACHE)), str(node.real(paths.TOKEN_LOCK)))
     token = cache.load(AKS_RESOURCE, clock_now())
     if token is not None:
         return token

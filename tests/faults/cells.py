@@ -833,6 +833,12 @@ def all_cells():
     cells += artifact_cells()
     cells.append(hostile_archive_cell())
     cells.append(hostile_cloud_value_cell())
+    # Issue 26 defect 6: HIMDS's token answer with an expiry time.gmtime cannot format. It
+    # was cached by the kubelet's `token` call, and every later call died: never Ready.
+    # Four requests are two exchanges: the run's own token, then the kubelet's `token` call.
+    cells.append(rule_cell("cloud value", "himds expiry 1e17",
+                           'HIMDS answers expires_on "1e17" to 4 requests (two exchanges), then the truth',
+                           {"match": {"server": "himds", "times": 4}, "set": {"expires_on": "1e17"}}, "himds"))
     cells += [two_bootstraps_cell(), agent_and_manual_cell()]
     cells += agent_pool_cells()
     cells += upgrade_cells()
