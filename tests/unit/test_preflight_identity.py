@@ -36,6 +36,7 @@ def test_a_machine_id_is_read(host):
     (b"not-an-id\n", "malformed"),
     (ID_A.upper().encode() + b"\n", "malformed"),
     (b"\x1b]0;owned\x07\n", "malformed"),
+    (b"0" * 32 + b"\n", "malformed"),  # machine-id(5): "This ID may not be all zeros."
 ])
 def test_an_unusable_machine_id_says_what_is_wrong(host, data, problem):
     write(host, data)

@@ -25,8 +25,9 @@ a running kubelet) and warns; it asks the cluster nothing.
 - machine-id: this host's /etc/machine-id, read carefully (bounded, no link followed, no FIFO
   waited on). Missing, empty or "uninitialized" is a warning with the remedy: machine-id(5)
   documents an empty file as the image convention (systemd fills it at first boot) and
-  "uninitialized" as the first-boot marker; a clone made from a booted machine has its
-  parent's ID, which only the cluster can reveal (below).
+  "uninitialized" as the first-boot marker, and forbids all zeros. No other value is
+  documented as an image default (we found none), so no list of them; a clone made from a
+  booted machine has its parent's ID, which only the cluster can reveal (below).
 - node-identity: the Node of our machine name, read with the credential this host already
   holds (the kubelet's client certificate, or in Arc mode the connected agent's HIMDS token)
   from the API server its kubeconfig names. Ready with another machine ID: refused (another
@@ -89,6 +90,8 @@ def read_machine_id(host):
         return MachineId(problem="uninitialized")
     if not _MACHINE_ID.match(text):
         return MachineId(problem="malformed", detail=f"{text[:64]!r}: expected 32 lower-case hexadecimal characters")
+    if not text.strip("0"):  # machine-id(5): "This ID may not be all zeros."
+        return MachineId(problem="malformed", detail=f"{text!r}: all zeros, which machine-id(5) forbids")
     return MachineId(value=text)
 
 
