@@ -11,6 +11,7 @@ https://learn.microsoft.com/azure/role-based-access-control/troubleshooting), an
 
 import collections
 import json
+import re
 import socket
 import ssl
 import time
@@ -263,6 +264,9 @@ class KubeClient:
         items = payload.get("items") if isinstance(payload, dict) else None
         if status != 200 or not isinstance(items, list):
             raise KubeError(f"LIST pods on node {name!r}: unexpected answer {status}: {_message(payload)}")
+        source = f"API server {self.server} LIST pods on node {name}"
+        for i, item in enumerate(items):
+            _check_pod(item, source, f"items[{i}]")
         return items
 
     def evict_pod(self, namespace, name):
@@ -286,6 +290,34 @@ class KubeClient:
             return Eviction("retry", f"{status}: {_message(payload, causes=True)}")
         raise KubeError(f"evict pod {namespace}/{name}: unexpected answer {status}: {_message(payload)}")
 
+
+
+# Names of namespaces (a DNS label) and pods (a DNS subdomain): Kubernetes' object names
+# (kubernetes.io/docs/concepts/overview/working-with-objects/names/); they go into request
+# paths and messages.
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+
+
+def _check_pod(pod, source, at):
+    """A pod of a LIST answer has the shape drain reads: objects where it expects objects,
+    a namespace and a name as Kubernetes names them (cloud_values.BadCloudValue otherwise)."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(meta, dict):
+        raise cloud_values.BadCloudValue(source, f"{at}.metadata", meta, "an object")
+    name, namespace = meta.get("name"), meta.get("namespace", "default")
+    if not (isinstance(name, str) and _DNS_SUBDOMAIN.fullmatch(name)):
+        raise cloud_values.BadCloudValue(source, f"{at}.metadata.name", name, "a pod name (a DNS subdomain)")
+    if not (isinstance(namespace, str) and _DNS_LABEL.fullmatch(namespace)):
+        raise cloud_values.BadCloudValue(source, f"{at}.metadata.namespace", namespace, "a namespace (a DNS label)")
+    owners = meta.get("ownerReferences")
+    if owners is not None and not (isinstance(owners, list) and all(isinstance(o, dict) for o in owners)):
+        raise cloud_values.BadCloudValue(source, f"{at}.metadata.ownerReferences", owners, "a list of objects")
+    for field in ("annotations",):
+        if meta.get(field) is not None and not isinstance(meta[field], dict):
+            raise cloud_values.BadCloudValue(source, f"{at}.metadata.{field}", meta[field], "an object")
+    if pod.get("status") is not None and not isinstance(pod["status"], dict):
+        raise cloud_values.BadCloudValue(source, f"{at}.status", pod["status"], "an object")
 
 
 def kubelet_version(node, source):

@@ -198,3 +198,22 @@ def test_a_kubelet_version_is_read_or_none():
     assert kube.kubelet_version({"status": {"nodeInfo": {"kubeletVersion": "v1.30.4"}}}, "x") == "v1.30.4"
     assert kube.kubelet_version({"status": {"nodeInfo": {}}}, "x") is None
     assert kube.kubelet_version(None, "x") is None
+
+
+@pytest.mark.parametrize("item, field", [
+    ("a pod", "items[0].metadata"),
+    ({"metadata": {"name": "../../nodes/n1", "namespace": "default"}}, "items[0].metadata.name"),
+    ({"metadata": {"name": "web\x1b[2J", "namespace": "default"}}, "items[0].metadata.name"),
+    ({"metadata": {"name": "web", "namespace": "kube system"}}, "items[0].metadata.namespace"),
+    ({"metadata": {"name": "web", "ownerReferences": ["ReplicaSet"]}}, "items[0].metadata.ownerReferences"),
+    ({"metadata": {"name": "web", "annotations": ["mirror"]}}, "items[0].metadata.annotations"),
+    ({"metadata": {"name": "web"}, "status": "Running"}, "items[0].status"),
+])
+def test_a_pod_of_another_shape_is_a_bad_cloud_value(fresh_emulator, azure_clients, item, field):
+    """What drain reads of each pod (its names go into eviction paths) is checked on the LIST."""
+    server, ca_pem = aks.server_and_ca(azure_clients, Ref)
+    fresh_emulator.faults([{"match": {"server": "apiserver", "path_regex": "^/api/v1/pods$", "times": 1},
+                            "respond": {"status": 200, "body": {"kind": "PodList", "items": [item]}}}])
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        kube.KubeClient(server, ca_pem, lambda: "t").list_pods_on_node(NODE)
+    assert caught.value.field == field and "LIST pods" in caught.value.source
