@@ -37,7 +37,11 @@ ENTRY = Obj(required={"step": TEXT, "kind": TEXT, "id": TEXT},
             optional={"backup": TEXT, "mode": INTEGER, "url": TEXT, "members": ListOf(TEXT),
                       "previous": TEXT, "link": TEXT, "version": TEXT, "from": TEXT, "to": TEXT,
                       "phase": TEXT, "cordoned": FLAG, "why": TEXT, "fingerprint": ListOf(INTEGER),
-                      "files": ListOf(TEXT), "pid": INTEGER})
+                      "files": ListOf(TEXT), "pid": INTEGER,
+                      # what was at a file's path before us, besides `backup` and `mode`
+                      # (steps/tracked.py keep_original; new in issue 26, all optional, so
+                      # a ledger an earlier release wrote reads as it did)
+                      "owner": ListOf(INTEGER), "original": TEXT, "original_link": TEXT})
 LEDGER_SHAPE = Obj(optional={
     "version": INTEGER, "entries": ListOf(ENTRY),
     "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),

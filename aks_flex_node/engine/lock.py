@@ -71,7 +71,10 @@ class RunLock:
         path = self._host.path(paths.LOCK)
         with writing_state(path):
             self._host.ensure_dir(paths.STATE_DIR, 0o700)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            # Through the host door: no link followed (a link here would have us truncate
+            # its target, outside the root too), no FIFO waited on, a regular file or a
+            # refusal naming what is there (host/run_lock_file.py, issue 26).
+            fd = self._host.open_lock(paths.LOCK)
         deadline = time.monotonic() + max(self._wait, PROBE_GRACE)
         while True:
             try:
@@ -117,9 +120,10 @@ def probe(host):
     while the caller reads), False when a run holds it, None when we cannot tell (no access
     to the state directory). Changes nothing a run reads: the holder's record stays."""
     try:
-        # O_CREAT: a lock file that is not there is free, and must stay ours while we look.
-        fd = os.open(host.path(paths.LOCK), os.O_RDONLY | os.O_CREAT, 0o600)
-    except OSError:
+        # Created when missing: a lock file that is not there is free, and must stay ours
+        # while we look. Something other than a regular file there: we cannot tell.
+        fd = host.open_lock(paths.LOCK, writable=False)
+    except (OSError, FlexNodeError):
         yield None
         return
     try:

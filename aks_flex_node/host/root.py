@@ -13,7 +13,7 @@ import posixpath
 import stat
 from pathlib import PurePosixPath
 
-from aks_flex_node.host import careful_read, fs, mounts, temps, tree
+from aks_flex_node.host import careful_read, fs, mounts, originals, run_lock_file, temps, tree
 from aks_flex_node.host.kernel import Kernel
 from aks_flex_node.host.run import (CommandError, SkippedRun, check_argv, display,
                                     resolve_executable, run_command)
@@ -143,6 +143,26 @@ class Host:
         if not leftovers:
             log.info("removed %s", node)
         return leftovers
+
+    def open_lock(self, path, writable=True):
+        """A descriptor of the lock file at node path `path`, made 0600 when missing; a
+        symlink, FIFO, device or socket there is refused, never followed or waited on
+        (run_lock_file.py). A link in its parents out of the root is refused too."""
+        return run_lock_file.open_lock(self._writable(path), str(PurePosixPath(path)), writable)
+
+    def look(self, path):
+        """What is at node path `path`, from lstat alone (originals.Found: kind, mode,
+        owner, size, a link's text), or None. Nothing is opened or followed."""
+        return originals.look(self.path(path))
+
+    def keep_original(self, path, backup):
+        """Copy the regular file at node path `path` to node path `backup` (0600), streamed,
+        never through a link or from a FIFO (originals.keep)."""
+        originals.keep(self.path(path), self._writable(backup))
+
+    def put_back(self, path, kind, *, mode=None, owner=None, link=None):
+        """Make node path `path` again the symlink or FIFO that was there (originals.put_back)."""
+        originals.put_back(self._writable(path), kind, mode=mode, owner=owner, link=link)
 
     def read_bytes(self, path):
         return fs.read_bytes(self.path(path))

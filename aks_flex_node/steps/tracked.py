@@ -19,6 +19,8 @@ import re
 from aks_flex_node import paths
 from aks_flex_node.engine.step import INSTALL, Plan, Step
 from aks_flex_node.engine.undo import Leftover
+from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.host import careful_read, originals
 from aks_flex_node.steps.kinds import DIR_KINDS, Kind
 
 # What the downloader (host/download.py) keeps in the cache: <sha256>-<name>,
@@ -28,16 +30,65 @@ _CACHE_FILE = re.compile(r"[0-9a-f]{64}-.+|checksums-.+|\.download-.+\.part|\.ch
 
 
 def file_drift(host, path, content, mode):
-    """(why `path` is not as wanted, whether its content is what differs), or (None, False)."""
-    current = host.read_bytes(path)
-    if current is None:
+    """(why `path` is not as wanted, whether its content is what differs), or (None, False).
+
+    What is at `path` is seen without following or opening it first (host.look), and read
+    only when it is a regular file of the wanted size, at most that many bytes, by the
+    careful read: a FIFO there is never waited on, a link to /dev/zero never read (issue 26).
+    We manage this path, so anything else a file can be is drift, replaced atomically like
+    a changed file, its original kept for undo (claim_file): a symlink (its text), a FIFO
+    (its mode). A directory is refused: replacing it means deleting a tree that is not
+    ours. So are a device and a socket: someone made a live endpoint there on purpose, and
+    what it is for cannot be kept for undo by a copy. A mount point is refused when it has
+    to change: rename(2) over it fails (EBUSY), and what is mounted is not ours either."""
+    found = host.look(path)
+    if found is None:
         return "it does not exist", True
-    if current != content:
-        return "its content differs", True
-    actual = host.mode(path)
-    if actual != mode:
-        return f"its mode is {actual:04o}, not {mode:04o}", False
+    if found.kind in (originals.DIR, originals.DEVICE, originals.SOCKET):
+        raise _in_the_way(path, found.kind)
+    drift = None
+    if found.kind == originals.LINK:
+        drift = f"it is a symlink (to {found.link!r}), not a file of aks-flex-node's"
+    elif found.kind == originals.FIFO:
+        drift = "it is a FIFO, not a file"
+    elif found.size != len(content) or _content(host, path, len(content)) != content:
+        drift = "its content differs"
+    if drift is not None:
+        if host.mounts_below(path, include_self=True):
+            raise _in_the_way(path, "mount point")
+        return drift, True
+    if found.mode != mode:
+        return f"its mode is {found.mode:04o}, not {mode:04o}", False
     return None, False
+
+
+def _content(host, path, size):
+    """The bytes of the regular file `path` (at most `size`), or None when it changed into
+    something else since we looked (then it differs too)."""
+    try:
+        return host.read_carefully(path, size)
+    except careful_read.Unsafe:
+        return None
+
+
+class ManagedPathError(FlexNodeError):
+    """What is at a path aks-flex-node manages cannot be replaced: a directory, a device,
+    a socket or a mount point. `code` says which; nothing is changed."""
+
+
+_IN_THE_WAY = {
+    originals.DIR: ("directory-in-the-way", "a directory", "move it aside (mv {path} {path}.bad)"),
+    originals.DEVICE: ("device-in-the-way", "a device node", "remove it, or move it aside (mv {path} {path}.bad)"),
+    originals.SOCKET: ("socket-in-the-way", "a socket", "stop what listens on it and remove it"),
+    "mount point": ("mount-point-in-the-way", "a mount point", "unmount it (umount {path})"),
+}
+
+
+def _in_the_way(path, kind):
+    code, what, remedy = _IN_THE_WAY[kind]
+    return ManagedPathError(f"{path} is {what}: aks-flex-node manages a file there and will not "
+                            "replace it; nothing was changed", remedy=remedy.format(path=path) + ", then run again",
+                            code=code)
 
 
 def plan_file(ctx, plan, step, path, content, mode=0o644, why="", owes=()):
@@ -69,17 +120,32 @@ def make_parents(ctx, step, path):
 
 def claim_file(ctx, step, path, **extra):
     """Record `path` as `step`'s file, about to be written: its directories are made, and
-    a file someone else had there is backed up first (undo restores it)."""
-    host = ctx.host
+    what someone else had there is kept first (undo puts it back; keep_original)."""
     make_parents(ctx, step, path)
     if not ctx.ledger.has(Kind.FILE, path):
-        original = host.read_bytes(path)
-        if original is not None:
-            backup = paths.backup_path(path)
-            original_mode = host.mode(path)
-            host.write_file(backup, original, 0o600)
-            extra.update(backup=backup, mode=original_mode)
+        extra.update(keep_original(ctx.host, path))
     ctx.ledger.record(step, Kind.FILE, path, **extra)
+
+
+def keep_original(host, path):
+    """Keep what is at `path` before we first replace it, never following it: a regular
+    file is copied to its backup; a symlink is kept as its text (`original_link`), a FIFO
+    as its mode (`original` "fifo"), neither read. Returns the ledger fields that say how
+    to put it back ({} when nothing is there). `owner` is new in issue 26: a ledger of an
+    earlier release has `backup` and `mode` alone, and undo then restores as it did."""
+    found = host.look(path)
+    if found is None:
+        return {}
+    owner = [found.uid, found.gid]
+    if found.kind == originals.FILE:
+        backup = paths.backup_path(path)
+        host.keep_original(path, backup)
+        return {"backup": backup, "mode": found.mode, "owner": owner}
+    if found.kind == originals.LINK:
+        return {"original": originals.LINK, "original_link": found.link, "owner": owner}
+    if found.kind == originals.FIFO:
+        return {"original": originals.FIFO, "mode": found.mode, "owner": owner}
+    raise _in_the_way(path, found.kind)
 
 
 def write_tracked(ctx, step, path, content, mode, **extra):
@@ -88,18 +154,23 @@ def write_tracked(ctx, step, path, content, mode, **extra):
     return ctx.host.write_file(path, content, mode)
 
 
+_ORIGINAL_FIELDS = ("backup", "mode", "owner", "original", "original_link")
+
+
 def link_tracked(ctx, step, path, target):
     """Make `path` a symlink to the relative `target` and record it as `step`'s file (with
-    `link`); a file someone else had there is backed up first, as write_tracked does, and an
-    entry of ours keeps its backup. Returns what host.write_symlink changed."""
+    `link`); what someone else had there is kept first, as write_tracked does (a link of
+    theirs as its text), and an entry of ours keeps its original. Returns what
+    host.write_symlink changed."""
     host = ctx.host
     make_parents(ctx, step, path)
     entry = ctx.ledger.get(Kind.FILE, path)
-    kept = {k: entry[k] for k in ("backup", "mode") if k in entry} if entry else {}
-    if entry is None and host.kind(path) == "file":
-        backup = paths.backup_path(path)
-        host.write_file(backup, host.read_bytes(path), 0o600)
-        kept = {"backup": backup, "mode": host.mode(path)}
+    if entry is not None:
+        kept = {k: entry[k] for k in _ORIGINAL_FIELDS if k in entry}
+    elif host.read_link(path) == target:
+        kept = {}  # ours already (a ledger lost with the link in place): nothing to keep
+    else:
+        kept = keep_original(host, path)
     ctx.ledger.replace(step, Kind.FILE, path, link=target, **kept)
     return host.write_symlink(path, target)
 
@@ -174,8 +245,8 @@ def plan_undo_paths(ctx, entries, state_dirs=()):
         if kind == Kind.DIR and path in state_dirs:
             kind = Kind.STATE_DIR
         origin = f"created by the {entry['step']} phase"
-        if kind == Kind.FILE and entry.get("backup"):
-            plan.add(f"restore {path}", f"it was there before; its original is {entry['backup']}",
+        if kind == Kind.FILE and _has_original(entry):
+            plan.add(f"restore {path}", f"it was there before; {_original_shown(entry)}",
                      lambda e=entry: _restore(ctx, e))
         elif kind == Kind.FILE:
             plan.add(f"remove {path}", origin, lambda p=path: _remove_file(ctx, p))
@@ -210,15 +281,37 @@ def forget_file(ctx, path):
     entry = ctx.ledger.get(Kind.FILE, path)
     if entry is None:
         return []
-    return _restore(ctx, entry) if entry.get("backup") else _remove_file(ctx, path)
+    return _restore(ctx, entry) if _has_original(entry) else _remove_file(ctx, path)
+
+
+def _has_original(entry):
+    return bool(entry.get("backup") or entry.get("original"))
+
+
+def _original_shown(entry):
+    if entry.get("original") == originals.LINK:
+        return f"it was a symlink to {entry['original_link']!r}"
+    if entry.get("original") == originals.FIFO:
+        return "it was a FIFO"
+    return f"its original is {entry['backup']}"
 
 
 def _restore(ctx, entry):
-    path, backup = entry["id"], entry["backup"]
+    """Put back what was at the entry's path before us, exactly: a symlink with its text
+    and owner, a FIFO with its mode, a file's bytes with its mode (and owner when the
+    entry has one: an entry of an earlier release has not, and keeps ours)."""
+    path = entry["id"]
+    owner = tuple(entry["owner"]) if entry.get("owner") else None
+    if entry.get("original") in (originals.LINK, originals.FIFO):
+        ctx.host.put_back(path, entry["original"], mode=entry.get("mode"), owner=owner,
+                          link=entry.get("original_link"))
+        ctx.ledger.forget(Kind.FILE, path)
+        return []
+    backup = entry["backup"]
     original = ctx.host.read_bytes(backup)
     if original is None:
         return [Leftover(path, f"its backup {backup} is gone; left as it is")]
-    ctx.host.write_file(path, original, entry.get("mode", 0o644))
+    ctx.host.write_file(path, original, entry.get("mode", 0o644), owner=owner)
     ctx.host.remove(backup)
     ctx.ledger.forget(Kind.FILE, path)
     return []

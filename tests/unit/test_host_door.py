@@ -32,7 +32,6 @@ KNOWN = {
     "config/upstream.py": 2,
     "maintainer/debconf_answers.py": 3,
     "maintainer/debconf_channel.py": 3,  # debconf's file descriptors
-    "engine/lock.py": 3,
     "lifecycle.py": 4,
     "maintainer/maintscript.py": 6,
     "steps/preflight/checks.py": 6,
