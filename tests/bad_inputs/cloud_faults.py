@@ -11,6 +11,8 @@ import os
 import shutil
 import threading
 
+from tests import digest_fixtures
+
 CA_NODE_PATH = "/etc/aks-flex-node/emulator-ca.pem"
 
 _lock = threading.Lock()
@@ -28,9 +30,13 @@ def serve(case, work):
     emu.faults(list(case.faults))
     with open(emu.ca_bundle, encoding="utf-8") as f:
         ca = f.read()
+    # The emulator's stand-in artifacts pinned, as every test node pins them
+    # (tests/digest_fixtures.py): what refuses the run is the bad value, not a digest.
     config = {"arm_endpoint": emu.arm, "authority_host": emu.authority, "himds_endpoint": emu.himds,
-              "artifact_mirror": emu.artifacts, "ca_bundle": CA_NODE_PATH}
-    return config, [{"path": CA_NODE_PATH, "text": ca, "mode": "0644"}]
+              "artifact_mirror": emu.artifacts, "ca_bundle": CA_NODE_PATH,
+              "artifact_digests_file": digest_fixtures.NODE_PATH}
+    return config, [{"path": CA_NODE_PATH, "text": ca, "mode": "0644"},
+                    {"path": digest_fixtures.NODE_PATH, "text": digest_fixtures.emulator_digests(), "mode": "0644"}]
 
 
 def release(work):
