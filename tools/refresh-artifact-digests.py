@@ -24,11 +24,13 @@ The output is checked with the same parser aks-flex-node uses before it is print
 """
 
 import argparse
+import os
 import re
 import sys
 import urllib.request
 
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__))))
+# The parser of the checkout the tool is in, whatever is installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from aks_flex_node import artifact_digests  # noqa: E402
 

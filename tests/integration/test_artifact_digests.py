@@ -92,3 +92,18 @@ def test_the_operators_pin_takes_precedence_over_the_shipped_digest(node):
     proc = node.cli("bootstrap", "--phase", "containerd", "--json")
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert node.read("/usr/local/bin/containerd").startswith(b"#!/bin/sh")
+
+
+def test_a_runtime_version_no_table_names_is_refused_before_anything_changes(node):
+    # runc and containerd have digests; the CNI plugins' version has none. Found by
+    # preflight, the run stops before a single binary is installed (it installed runc
+    # and containerd, then failed at the CNI plugins).
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"cni_version": "1.41.0"})
+    before = node.files()
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert not [p for p in node.files() - before if p.startswith(("/usr/local", "/opt", "/etc/containerd"))]
+    proc, report = node.cli_json("preflight")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["artifact-digests"]["status"] == "error" and "1.41.0" in checks["artifact-digests"]["message"]
+    assert fetched(node, "1.41.0") == []

@@ -11,12 +11,13 @@ import shutil
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
+from aks_flex_node.artifact_digests import ArtifactDigestUnknown
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import FlexNodeError, PreflightError, TemporaryError, UsageError
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
 from aks_flex_node.steps import kubelet_auth
-from aks_flex_node.steps.artifacts import ARCHES
+from aks_flex_node.steps.artifacts import ARCHES, node_arch
 from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import CA_PATH
 from aks_flex_node.steps.preflight import identity, reachability
@@ -289,6 +290,28 @@ def check_proxy(ctx):
         return Finding(ERROR, str(err), "change https_proxy (and no_proxy) in the config")
 
 
+def check_artifact_digests(ctx):
+    """Every release the configuration names has a trusted digest (artifact_digests.py), so
+    a version nothing vouches for stops the run before one binary is installed, not half
+    way through the install branch. Not in agent-pool mode: the pool's bootstrap data names
+    the versions, in the cluster phase (the install steps refuse one there)."""
+    cfg, arch, unknown = ctx.config, node_arch(), []
+    for artifact, key in (("kubernetes", "kubernetes_version"), ("containerd", "containerd_version"),
+                          ("runc", "runc_version"), ("cni", "cni_version")):
+        version = cfg[key]
+        if not version:
+            continue  # the cluster's, known later (the kubernetes phase checks it)
+        try:
+            cfg.artifact_digest(artifact, str(version), arch)
+        except ArtifactDigestUnknown:
+            unknown.append(f"{artifact} {version} ({key})")
+    if unknown:
+        return Finding(ERROR, f"no trusted digest for {', '.join(unknown)} on {arch}: neither this package's "
+                              "table nor artifact_digests_file names it",
+                       "choose versions this release lists (docs/configuration.md, \"Artifact digests\"), or "
+                       "pin the digests of builds you trust in artifact_digests_file")
+
+
 def check_joined_elsewhere(ctx):
     joined = ctx.ledger.joined.get("cluster_resource_id")
     wanted = ctx.config.cluster.resource_id
@@ -323,6 +346,7 @@ CHECKS = (
     ("disk-space", check_disk, None), ("azcmagent", check_azcmagent, _ARC), ("himds", check_himds, _ARC),
     ("proxy", check_proxy, None), ("azure-endpoints", check_arm, _AZURE),
     ("agent-pool", check_agent_pool, (JoinMode.AGENT_POOL,)), ("cluster-api", check_cluster_api, None),
+    ("artifact-digests", check_artifact_digests, (JoinMode.ARC, JoinMode.BOOTSTRAP_TOKEN)),
     ("joined-elsewhere", check_joined_elsewhere, None),
     # Is the machine name another machine's? (identity.py: cloned images)
     ("machine-id", check_machine_id, None), ("node-identity", check_node_identity, None),
