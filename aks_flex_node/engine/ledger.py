@@ -26,6 +26,9 @@ from aks_flex_node.engine.step import Obligation
 from aks_flex_node.errors import FlexNodeError
 
 FORMAT_VERSION = 1
+# Far past any real ledger (a few hundred entries are some tens of KB), short of a read that
+# hurts: a ledger larger is refused, named, and left as it is.
+MAX_BYTES = 16 << 20
 
 # The kinds of entries are the steps' (steps/kinds.py), handed to the Ledger: an entry of
 # another kind came from a newer aks-flex-node or a hand edit, and undoing the rest and
@@ -75,7 +78,13 @@ class Ledger:
         return other
 
     def _read(self):
-        raw = self._host.read_bytes(self._path)
+        # The careful read (issue 26): a symlink planted here is not followed to a list of
+        # someone else's choosing, a FIFO is not waited on, and a size past any real
+        # ledger's is not read.
+        try:
+            raw = self._host.read_state(self._path, MAX_BYTES)
+        except FlexNodeError as unsafe:
+            raise self._unreadable(unsafe.message, code=f"ledger-{unsafe.code}") from None
         if not raw:
             return _empty()
         try:
@@ -102,12 +111,12 @@ class Ledger:
             data.setdefault(key, value)
         return data
 
-    def _unreadable(self, why):
+    def _unreadable(self, why, code=None):
         # Never removed or rewritten by us: it is the only list of what to undo.
         return FlexNodeError(
             f"{self._path} is not a ledger aks-flex-node can read ({why})",
             remedy=f"restore it, or move it aside (mv {self._path} {self._path}.bad) and "
-            "remove what it listed by hand: without it nothing can be undone safely")
+            "remove what it listed by hand: without it nothing can be undone safely", code=code)
 
     def _newer_remedy(self):
         return ("install the aks-flex-node version that wrote it (or a newer one) and run the "

@@ -70,15 +70,44 @@ def exists(path):
     return _lstat(path) is not None
 
 
+# O_NONBLOCK: a FIFO planted at a path we read is never waited on (open(2) of a FIFO for
+# reading blocks until a writer comes); the fstat below then refuses it (issue 26).
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
 def read_bytes(path):
-    """The file's content, or None when it does not exist."""
+    """The content of the regular file at `path` (a link to one is followed), or None when
+    nothing is there. A FIFO, socket or device (a link to /dev/zero) is refused with
+    HostFileError code "not-a-regular-file", never waited on nor read without end."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, _READ_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as e:
+        if e.errno == errno.ENXIO:  # what opening a socket (or a device without a driver) answers
+            raise HostFileError(f"cannot read {path}: it is a socket or a device, expected a regular file",
+                                code="not-a-regular-file") from e
         raise _fail("read", path, e) from e
+    mode = os.fstat(fd).st_mode  # judged on what we opened: a swap after a look changes nothing
+    if not stat.S_ISREG(mode):
+        os.close(fd)  # (a directory's descriptor cannot even be a file object)
+        if stat.S_ISDIR(mode):
+            raise _fail("read", path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        raise HostFileError(f"cannot read {path}: it is {_kind_of(mode)}, expected a regular file",
+                            code="not-a-regular-file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise _fail("read", path, e) from e
+
+
+def _kind_of(mode):
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _fsync_dir(directory):

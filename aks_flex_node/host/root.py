@@ -177,6 +177,18 @@ class Host:
         careful_read.Unsafe saying why not."""
         return careful_read.read(str(self.path(path)), max_bytes, **how)
 
+    def read_state(self, path, max_bytes):
+        """The bytes of a state file of ours at node path `path` by the careful read (no
+        link followed, no FIFO waited on, at most `max_bytes`), None when it is not there;
+        HostFileError otherwise, its `code` careful_read's (symlink, not-regular, too-large,
+        cannot-open) and its message why alone, for the caller to name the file."""
+        try:
+            return self.read_carefully(path, max_bytes)
+        except careful_read.Unsafe as unsafe:
+            if unsafe.code == "absent":
+                return None
+            raise fs.HostFileError(unsafe.why, code=unsafe.code) from None
+
     def exists(self, path):
         return fs.exists(self.path(path))
 

@@ -239,3 +239,44 @@ def test_a_ledger_an_older_release_wrote_restores_as_before(host):
     ledger.record("containerd", Kind.FILE, CONFIG, backup=backup, mode=0o640)
     assert tracked.forget_file(_ctx(host), CONFIG) == []
     assert open(real, "rb").read() == b"old\n" and stat.S_IMODE(os.lstat(real).st_mode) == 0o640
+
+
+# ---- the rest of the door: every read of a file of ours --------------------------------
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, lambda real: os.symlink("/dev/zero", real)],
+                         ids=["fifo", "link-to-dev-zero"])
+def test_a_read_of_a_path_we_manage_neither_waits_nor_reads_without_end(host, make):
+    # /etc/fstab is read whole by the system phase; any path read through the host is.
+    _place(host, "/etc/fstab", make)
+    finished, code, out = _in_a_child(host.root, _BOUNDED + """
+        from aks_flex_node.errors import FlexNodeError
+        try:
+            host.read_bytes("/etc/fstab")
+        except FlexNodeError as err:
+            print("refused", err.code, "/etc/fstab" in err.message)
+    """)
+    assert finished, "a read must not wait for a writer on the FIFO"
+    assert code == 0 and out.split() == ["refused", "not-a-regular-file", "True"], out
+
+
+@pytest.mark.parametrize("make, code", [
+    (os.mkfifo, "ledger-not-regular"),
+    (lambda real: os.symlink("/tmp/someone-elses-list.json", real), "ledger-symlink"),
+], ids=["fifo", "symlink"])
+def test_a_ledger_that_is_no_regular_file_is_refused_and_kept(host, make, code):
+    from aks_flex_node.paths import LEDGER
+    _place(host, LEDGER, make)
+    before = os.lstat(host.path(LEDGER))
+    finished, rc, out = _in_a_child(host.root, """
+        from aks_flex_node.errors import FlexNodeError
+        from aks_flex_node.steps.kinds import open_ledger
+        try:
+            open_ledger(host)
+        except FlexNodeError as err:
+            print("refused", err.code, "ledger.json" in err.message, bool(err.remedy))
+    """)
+    assert finished, "the ledger's read must not wait for a writer on the FIFO"
+    assert rc == 0 and out.split() == ["refused", code, "True", "True"], out
+    after = os.lstat(host.path(LEDGER))
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
