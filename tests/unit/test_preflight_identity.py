@@ -80,3 +80,11 @@ def _node(machine_id, ready):
 ])
 def test_what_a_node_says_of_who_holds_the_name(theirs, ready, claim):
     assert identity.node_claim(_node(theirs, ready), ID_A) == claim
+
+
+@pytest.mark.parametrize("node", [
+    {}, {"status": None}, {"status": []}, {"status": {"nodeInfo": "x"}},
+    {"status": {"nodeInfo": {"machineID": 7}}, "conditions": [{"type": "Ready", "status": "True"}]},
+])
+def test_a_node_not_shaped_as_one_says_nothing_of_who_holds_the_name(node):
+    assert identity.reported_machine_id(node) == "" and identity.node_claim(node, ID_A) is None

@@ -329,10 +329,14 @@ def check_machine_id(ctx):
 
 
 def check_node_identity(ctx):
+    if check_proxy(ctx) is not None:
+        return None  # no request through a proxy the run refuses (the proxy check says why)
     return _verdict(identity.node_identity_verdict(ctx))
 
 
 def check_arc_identity(ctx):
+    if check_proxy(ctx) is not None:
+        return None  # as check_node_identity
     return _verdict(identity.arc_identity_verdict(ctx))
 
 

@@ -165,11 +165,20 @@ def _bootstrap_token_client(ctx):
                            policy=ctx.http_policy)
 
 
+def reported_machine_id(node):
+    """status.nodeInfo.machineID of the API server's Node object, "" when it has none or the
+    object is not shaped as a Node (an answer we cannot read says nothing of who holds it)."""
+    status = node.get("status") if isinstance(node, dict) else None
+    info = status.get("nodeInfo") if isinstance(status, dict) else None
+    value = info.get("machineID") if isinstance(info, dict) else None
+    return value if isinstance(value, str) else ""
+
+
 def node_claim(node, ours):
     """What the Node object `node` says of who holds the name, against our machine ID `ours`:
     None (ours, or it says no ID), "ready" (another machine, Ready) or "stale" (another,
     NotReady)."""
-    theirs = ((node.get("status") or {}).get("nodeInfo") or {}).get("machineID") or ""
+    theirs = reported_machine_id(node)
     if not theirs or theirs == ours:
         return None
     return "ready" if kube.is_ready(node) else "stale"
@@ -190,7 +199,7 @@ def node_identity_verdict(ctx):
     if node is None:
         return None
     claim = node_claim(node, mid.value)
-    theirs = node["status"]["nodeInfo"]["machineID"] if claim else None
+    theirs = reported_machine_id(node)
     if claim == "ready":
         return (ERROR, f"Node {name!r} is Ready and reports machine ID {theirs!r}; this machine's is "
                      f"{mid.value!r}: another machine is that node (a clone of this one?)",
