@@ -218,7 +218,15 @@ def boot_node(base_root, fresh_emulator, request):
 
     def boot(repo, private_network=True, before_boot=None, hostname="e2e-node", add_repository=True,
              extra_ports=()):
-        options = {"hostname": hostname, "before_boot": before_boot}
+        digests = request.getfixturevalue("mirror").digests()
+
+        def prepare(box):
+            # In place before systemd starts: a cloud-init join runs during the boot.
+            box.write(DIGESTS, digests, 0o644)
+            if before_boot:
+                before_boot(box)
+
+        options = {"hostname": hostname, "before_boot": prepare}
         if private_network:
             options.update(private_network=True,
                            forward_ports=[*emulator_ports(fresh_emulator, request.getfixturevalue("mirror")),
@@ -226,7 +234,6 @@ def boot_node(base_root, fresh_emulator, request):
         box = _boot(base_root, request, [(repo.path, REPO_MOUNT, True),
                                          (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False)], **options)
         n = Node(box, fresh_emulator)
-        box.write(DIGESTS, request.getfixturevalue("mirror").digests(), 0o644)
         if add_repository:
             n.add_repository(repo)
         n.configure_arc_agent()
