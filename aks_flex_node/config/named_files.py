@@ -73,9 +73,11 @@ def read_bootstrap_token(path):
 
 
 def check_digests_file(key, node_path, root, problems):
-    """artifact_digests_file: the operator's digests (artifact_digests.py says the form),
-    read as carefully as a secret (root's or ours, nobody else may change it; never through
-    a link) since what it says is what we install. The parsed table, or None with problems."""
+    """artifact_digests_file: the operator's digests (artifact_digests.py says the form).
+    What it says is what we install, so it is held to strictmodes (root's or ours, nobody
+    else may change it or its directories, nor a link's target's), read carefully (no FIFO
+    waited on, a size cap), and a link to it is followed as for ca_bundle, a public file.
+    The parsed table, or None with problems appended."""
     data = _checked_read(key, node_path, root, problems, DIGESTS_MAX_BYTES, "a digest list", private=False)
     if data is None:
         return None

@@ -94,3 +94,24 @@ def test_the_config_answers_the_pin_then_the_shipped_digest_then_refuses(tmp_pat
     with pytest.raises(artifact_digests.ArtifactDigestUnknown) as excinfo:
         cfg.artifact_digest("runc", "0.0.1", "amd64")
     assert excinfo.value.code == "artifact-digest-unknown"
+
+
+def test_a_pin_file_through_a_link_counts_only_when_its_target_is_safe_and_a_fifo_is_never_read(tmp_path):
+    # Read as ca_bundle is (a public file, which update-alternatives and the like make links
+    # to): the link and its target are both held to strictmodes.
+    root = make_root(tmp_path)
+    target = root / _pins(root, f"runc 1.1.12 amd64 sha256:{HEX256}\n").lstrip("/")
+    os.symlink(target, root / "etc/aks-flex-node/link")
+    cfg = load(root, with_values(artifact_digests_file="/etc/aks-flex-node/link"))
+    assert cfg.artifact_digest("runc", "1.1.12", "amd64").hex == HEX256
+    os.chmod(target, 0o666)
+    only_problem(root, with_values(artifact_digests_file="/etc/aks-flex-node/link"), "artifact_digests_file")
+    os.mkfifo(root / "etc/aks-flex-node/fifo")  # opened, it would block: never opened
+    only_problem(root, with_values(artifact_digests_file="/etc/aks-flex-node/fifo"), "artifact_digests_file")
+
+
+def test_a_pin_file_that_is_not_text_is_refused(tmp_path):
+    root = make_root(tmp_path)
+    path = root / _pins(root, "").lstrip("/")
+    path.write_bytes(b"runc 1.1.12 amd64 sha256:\xff\xfe\n")
+    only_problem(root, with_values(artifact_digests_file="/etc/aks-flex-node/digests"), "artifact_digests_file")
