@@ -31,8 +31,9 @@ def test_machine_fields_from_this_sdk_shape(fresh_emulator, azure_clients):
         tenant_id=C.TENANT_ID,
         status=body["properties"]["status"],
         agent_version=body["properties"].get("agentVersion"),
+        vm_id=body["properties"]["vmId"],  # the agent's ID of its host (preflight/identity.py)
     )
-    assert type(machine.status) is str  # not the SDK's enum
+    assert type(machine.status) is str and type(machine.vm_id) is str  # not the SDK's enum or UUID
 
 
 def test_delete_present_then_absent(fresh_emulator, azure_clients):
