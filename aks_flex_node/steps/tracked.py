@@ -73,7 +73,7 @@ def _content(host, path, size):
 
 class ManagedPathError(FlexNodeError):
     """What is at a path aks-flex-node manages cannot be replaced: a directory, a device,
-    a socket or a mount point. `code` says which; nothing is changed."""
+    a socket or a mount point. `code` says which; what is there is left as it is."""
 
 
 _IN_THE_WAY = {
@@ -87,7 +87,7 @@ _IN_THE_WAY = {
 def _in_the_way(path, kind):
     code, what, remedy = _IN_THE_WAY[kind]
     return ManagedPathError(f"{path} is {what}: aks-flex-node manages a file there and will not "
-                            "replace it; nothing was changed", remedy=remedy.format(path=path) + ", then run again",
+                            "replace it; it is left as it is", remedy=remedy.format(path=path) + ", then run again",
                             code=code)
 
 

@@ -39,6 +39,18 @@ def serve(case, work):
                     {"path": digest_fixtures.NODE_PATH, "text": digest_fixtures.emulator_digests(), "mode": "0644"}]
 
 
+def stand_in_env(work):
+    """What the stand-ins (tests/fakes/bin: azcmagent) need to reach the case's emulator, as
+    the integration tests' node gives them (tests/emulator_fixtures.py); {} without one."""
+    with _lock:
+        emu = _running.get(work)
+    if emu is None:
+        return {}
+    env = {"FAKE_AZURE_ARM": emu.arm, "FAKE_AZURE_CA_BUNDLE": emu.ca_bundle}
+    emu.route_entra(env)
+    return env
+
+
 def release(work):
     """Stop the emulator `serve` started for the case in `work`, if any."""
     with _lock:

@@ -242,6 +242,7 @@ def cli_env(case, root, work):
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     })
+    env.update(cloud_faults.stand_in_env(work))  # a case with an emulator: azcmagent reaches it
     os.makedirs(env["FAKE_STATE_DIR"], exist_ok=True)
     _apply_env(env, case, root, work)
     return env
