@@ -534,6 +534,30 @@ def hostile_cloud_value_cell():
     return Cell("cloud value", "bad version", "cluster GET says 1.30.4/x once, then the truth", run)
 
 
+def hostile_local_file_cell():
+    """A FIFO where the containerd phase writes its config (issue 26, defect 4): the drift
+    check waited on it for ever. The run is not blocked: the FIFO is drift, replaced, and
+    the bootstrap converges; unbootstrap puts the FIFO back (the root as before, byte for
+    byte and file type for file type)."""
+    config = "/etc/containerd/config.toml"
+
+    def run(cell, result):
+        real = cell.node.path(config)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        os.mkfifo(real, 0o644)
+        before_raw = cell.snapshot(raw=True)
+        result.pre = cell.snapshot()
+        if converge(cell, result):
+            if cell.snapshot().get(config, ("special",))[0] != "file":
+                result.converged = False
+                result.notes.append(f"{config} is not our regular file after convergence")
+            check_azure_joined(cell, result)
+            unbootstrap_and_compare(cell, result, before_raw)
+
+    return Cell("local file", "FIFO at a managed path", "/etc/containerd/config.toml a FIFO before the join",
+                run)
+
+
 # -- concurrency --------------------------------------------------------------------------
 
 def two_bootstraps_cell():
@@ -839,6 +863,7 @@ def all_cells():
     cells.append(rule_cell("cloud value", "himds expiry 1e17",
                            'HIMDS answers expires_on "1e17" to 4 requests (two exchanges), then the truth',
                            {"match": {"server": "himds", "times": 4}, "set": {"expires_on": "1e17"}}, "himds"))
+    cells.append(hostile_local_file_cell())
     cells += [two_bootstraps_cell(), agent_and_manual_cell()]
     cells += agent_pool_cells()
     cells += upgrade_cells()

@@ -16,6 +16,7 @@ import re
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,8 @@ class CellNode:
                     out[path] = ("link", target if raw else self.normalize(target.encode()).decode())
                 elif os.path.isdir(full):
                     out[path] = ("dir", st.st_mode & 0o7777)
+                elif not stat.S_ISREG(st.st_mode):  # a FIFO a cell planted: never opened (it would wait)
+                    out[path] = ("special", stat.S_IFMT(st.st_mode), st.st_mode & 0o7777)
                 else:
                     with open(full, "rb") as f:
                         data = f.read()
