@@ -51,15 +51,31 @@ def _lstat(path):
         return None
 
 
+# O_NONBLOCK: a FIFO planted at a path we read is never waited on (open(2) of a FIFO for
+# reading blocks until a writer comes); an fstat then refuses it (issue 26).
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
 def file_sha256(path):
-    """Hex sha256 of a file's content, read in chunks; None when it does not exist."""
+    """Hex sha256 of a regular file's content, read in chunks; None when nothing is there or
+    it is no regular file (a FIFO is never waited on, a device never read: either differs
+    from any content we compare it with, so the caller replaces it; issue 26)."""
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
-                digest.update(chunk)
+        fd = os.open(path, _READ_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a socket, or a device without a driver
+            return None
+        raise _fail("read", path, e) from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                digest.update(chunk)
     except OSError as e:
         raise _fail("read", path, e) from e
     return digest.hexdigest()
@@ -68,11 +84,6 @@ def file_sha256(path):
 def exists(path):
     """True when something (even a dangling symlink) is at path."""
     return _lstat(path) is not None
-
-
-# O_NONBLOCK: a FIFO planted at a path we read is never waited on (open(2) of a FIFO for
-# reading blocks until a writer comes); the fstat below then refuses it (issue 26).
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 def read_bytes(path):

@@ -280,3 +280,32 @@ def test_a_ledger_that_is_no_regular_file_is_refused_and_kept(host, make, code):
     assert rc == 0 and out.split() == ["refused", code, "True", "True"], out
     after = os.lstat(host.path(LEDGER))
     assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+
+
+def test_a_staged_install_meeting_a_fifo_where_its_file_goes_neither_waits_nor_keeps_it(host):
+    # The digest compare of what is installed (host/staging.py, host/download.py) opened
+    # the path plainly: a FIFO there waited for a writer.
+    _place(host, "/usr/local/bin/runc", os.mkfifo)
+    finished, code, out = _in_a_child(host.root, """
+        from aks_flex_node.host import fs
+        print(fs.file_sha256(str(host.path("/usr/local/bin/runc"))))
+    """)
+    assert finished, "the digest of a FIFO must not wait for a writer"
+    assert code == 0 and out.split() == ["None"], out
+
+
+def test_a_mount_point_at_a_managed_file_that_must_change_is_refused(host, tmp_path):
+    # A file bind-mounted over a path we manage (a container's /etc/resolv.conf is one):
+    # rename(2) over it fails with EBUSY, and what is mounted is not ours to replace.
+    source = tmp_path / "mounted-config"
+    source.write_bytes(b"someone else's\n")
+    real = _place(host, CONFIG, lambda r: open(r, "wb").close())
+    if subprocess.run(["mount", "--bind", str(source), real], capture_output=True).returncode != 0:
+        pytest.skip("bind mounts are not permitted here")
+    try:
+        with pytest.raises(FlexNodeError) as err:
+            tracked.file_drift(host, CONFIG, WANTED, 0o644)
+        assert err.value.code == "mount-point-in-the-way" and CONFIG in err.value.message
+        assert source.read_bytes() == b"someone else's\n"
+    finally:
+        subprocess.run(["umount", real], check=False)
