@@ -12,7 +12,8 @@ from aks_flex_node.words import WordEnum
 
 
 class Kind(WordEnum):
-    FILE = "file"  # with `backup` when it existed before us, `link` when a symlink we made
+    FILE = "file"  # `link` when a symlink we made; what was there before: `backup` (a file's
+    # copy) and `mode`, or `original` ("link" with `original_link`, "fifo" with `mode`), `owner`
     DIR = "dir"  # removed only when empty
     PARENT_DIR = "parent_dir"  # made above a path of ours; removed only when empty
     STATE_DIR = "state_dir"  # a service's state: removed with its content, never across a mount
