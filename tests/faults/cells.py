@@ -462,7 +462,7 @@ def hostile_archive_cell():
     from tests.archive_fixtures import Zeros, tar_gz
     from tests.emulator import artifacts as mirror
 
-    name = f"cni-plugins-linux-{node_arch()}-v1.5.1.tgz"  # configspec's default cni_version
+    name = f"cni-plugins-linux-{node_arch()}-v1.9.1.tgz"  # configspec's default cni_version
 
     def run(cell, result):
         result.pre = cell.snapshot()
@@ -470,7 +470,7 @@ def hostile_archive_cell():
         bomb.write_bytes(tar_gz([("./", tarfile.DIRTYPE, ""), ("./bridge", b"#!/bin/sh\n"),
                                  ("./doc/zeros", Zeros(MAX_ARCHIVE_BYTES))]))
         cell.emu.admin("POST", "artifacts", {"name": name, "path": str(bomb)})
-        pins = pin_digest(cell, "cni", "1.5.1", node_arch(), bomb.read_bytes())
+        pins = pin_digest(cell, "cni", "1.9.1", node_arch(), bomb.read_bytes())
         code, summary, stderr, _ = cell.cli("bootstrap")
         if code == 0:
             result.notes.append("bootstrap succeeded with a bomb for the CNI plugins")

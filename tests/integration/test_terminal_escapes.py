@@ -11,7 +11,7 @@ from tests import digest_fixtures, harness
 ESC = "\x1b"
 CLEAR = "\x1b[2J"  # erase the screen
 TITLE = "\x1b]0;pwned\x07"  # set the terminal's title (OSC ... BEL)
-CNI = "cni-plugins-linux-amd64-v1.5.1.tgz"
+CNI = "cni-plugins-linux-amd64-v1.9.1.tgz"
 
 
 def cni_tarball(path):
@@ -33,10 +33,10 @@ def assert_escaped(text, raw, where):
 
 
 def serve(node, path):
-    """The mirror serves `path` as CNI 1.5.1, pinned through the operator's door to a build
+    """The mirror serves `path` as CNI 1.9.1, pinned through the operator's door to a build
     of their own (tests/digest_fixtures.py), so the archive is read and its member named."""
     node.emu.admin("POST", "artifacts", {"name": CNI, "path": str(path)})
-    pin = digest_fixtures.line("cni", "1.5.1", path.read_bytes())
+    pin = digest_fixtures.line("cni", "1.9.1", path.read_bytes())
     harness.write_config(node.root, node.emu, node.wrapper, digests=[pin])
 
 

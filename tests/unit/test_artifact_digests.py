@@ -8,7 +8,7 @@ import pytest
 
 from aks_flex_node import artifact_digests
 from aks_flex_node.artifact_digests import DigestTableError
-from tests.config_fixtures import load, make_root, only_problem, with_values
+from tests.config_fixtures import MINIMAL, load, make_root, only_problem, with_values
 
 HEX256 = "ab" * 32
 HEX512 = "cd" * 64
@@ -21,6 +21,15 @@ def test_the_shipped_table_covers_the_default_runtime_for_both_architectures():
         assert table[("runc", "1.1.12", arch)].algorithm == "sha256"
         assert table[("kubernetes", "1.33.5", arch)].algorithm == "sha512"
     assert {k[0] for k in table} == set(artifact_digests.ARTIFACTS)
+
+
+@pytest.mark.parametrize("artifact", ["containerd", "runc", "cni"])
+def test_the_shipped_table_vouches_for_every_default_version(tmp_path, artifact):
+    # A default with no shipped digest is refused on a default install (nothing to check
+    # the download against), so a default bump without its digest must turn this red.
+    version = load(make_root(tmp_path), MINIMAL)[f"{artifact}_version"]
+    table = artifact_digests.shipped()
+    assert [arch for arch in artifact_digests.ARCHES if (artifact, version, arch) not in table] == []
 
 
 @pytest.mark.parametrize("line, field", [

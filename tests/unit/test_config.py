@@ -51,7 +51,7 @@ EVERY_DEFAULT = {
     "upgrade_drain_timeout": 1800,
     "containerd_version": "2.0.4",
     "runc_version": "1.1.12",
-    "cni_version": "1.5.1",
+    "cni_version": "1.9.1",
     "pause_image": "mcr.microsoft.com/oss/kubernetes/pause:3.9",
     "kubernetes_url": "https://dl.k8s.io/v{version}/kubernetes-node-linux-{arch}.tar.gz",
     "kubernetes_sha256_url": "{url}.sha256",
