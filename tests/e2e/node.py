@@ -260,6 +260,27 @@ def wait_for_state(node, wanted=("succeeded",), timeout=180, interval=2):
                          f"{wanted}:\n{status}\n{node.journals()}")
 
 
+def restarted_agent_pass(node, timeout=180, interval=1):
+    """Restart the agent service and wait for its first pass, a full one (it asks Azure with
+    the configured credential, from inside the unit's sandbox), to end; the status it left.
+    The pass is told by its start: the agent is stopped when the node's clock is read, so
+    every run that started since is the new agent's."""
+    node.c.run(["systemctl", "stop", "aks-flex-node-agent"])
+    since = node.c.run(["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]).stdout.strip()
+    node.c.run(["systemctl", "start", "aks-flex-node-agent"])
+    seen = {}
+
+    def ended():
+        seen["status"] = status = node.status()
+        return (status.get("started") or "") >= since and status.get("pass") == "full" \
+            and status.get("state") not in ("running", None)
+
+    if wait_for(ended, timeout=timeout, interval=interval):
+        return seen["status"]
+    raise AssertionError(f"no full agent pass ended {timeout} s after the restart at {since}:\n"
+                         f"{seen.get('status')}\n{node.journals()}")
+
+
 def converse(container, argv, answers, env=None, timeout=600):
     """Run argv inside on a pseudo-terminal, as a person at a terminal would: for each
     (prompt regex, reply) in order, wait for the prompt, then clear the line, type the

@@ -84,6 +84,17 @@ def test_preseeded_agent_pool_install_joins_by_tls_bootstrap_and_remove_unjoins(
     assert token not in apt.stdout + apt.stderr
     assert node.debconf_get("sp_client_secret") == ""
 
+    # The agent, in its unit's sandbox, signs in as the node's own principal: restarted, its
+    # first pass is a full one, which asks Azure, and it succeeds.
+    def node_sign_ins():
+        return [r for r in emu.requests(server="entra", method="POST", path_contains="/oauth2/v2.0/token")
+                if r["detail"].get("client_id") == C.NODE_SP_CLIENT_ID]
+
+    signed_in = len(node_sign_ins())
+    passed = n.restarted_agent_pass(node)
+    assert passed["state"] == "succeeded", passed
+    assert len(node_sign_ins()) > signed_in
+
     # dpkg-reconfigure with nothing changed: the pool's data is read again (the pool's
     # versions or labels may have changed since), but the kubelet keeps its certificate, so
     # the new token is not written anywhere.

@@ -232,6 +232,16 @@ def test_cloud_init_first_boot_joins_the_node(variant, release, boot_node, repo,
     token_clients = {r["detail"].get("client_id")
                      for r in emu.requests(server="entra", method="POST", path_contains="/oauth2/v2.0/token")}
     assert credential["client_id"] in token_clients, token_clients
+    # The agent, in its unit's sandbox, signs in with it too: restarted, its first pass is a
+    # full one, which asks Azure, and it succeeds.
+    def sign_ins():
+        return [r for r in emu.requests(server="entra", method="POST", path_contains="/oauth2/v2.0/token")
+                if r["detail"].get("client_id") == credential["client_id"]]
+
+    signed_in = len(sign_ins())
+    passed = n.restarted_agent_pass(node)
+    assert passed["state"] == "succeeded", passed
+    assert len(sign_ins()) > signed_in
 
     # The credential: where the package keeps it, named by the configuration, out of debconf.
     assert node.mode(kept_at) == 0o600
