@@ -125,7 +125,7 @@ def test_a_fifo_or_a_foreign_file_as_the_token_cache_is_not_used(files):
     os.mkfifo(fifo, 0o600)
     assert returns(lambda: TokenCache(str(fifo)).load("https://example/", 0)) is None
     loose = tmp_path / "loose-cache"
-    loose.write_text('{"access_token": "t", "expires_on": 9999999999, "resource": "r"}')
+    loose.write_text('{"access_token": "t", "expires_on": 3600, "resource": "r"}')
     loose.chmod(0o644)
     assert TokenCache(str(loose)).load("r", 0) is None
     loose.chmod(0o600)
