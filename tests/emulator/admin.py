@@ -5,7 +5,8 @@ GET  /state            machines, role assignments, nodes, clusters, token counts
                        _authenticatedBy) that API answers never carry
 POST /faults           append fault rules (see faults.py); DELETE /faults clears them and lets
                        the requests a "hold" rule is holding go on
-POST /reset            back to the profile's initial world (tokens and ports survive)
+POST /reset            back to the profile's initial world (tokens and ports survive; files
+                       placed with POST /artifacts are forgotten)
 GET|POST /settings     read / change runtime settings (see profiles.SETTINGS)
 GET|POST /clock        read the modelled world's clock, or {"advance": seconds}: move it ahead (clock.py);
                        tokens expire, operations end and replication delays pass without a sleep
@@ -124,6 +125,7 @@ def handle(app, req):
     if route == "reset" and method == "POST":
         clock.rewind()
         state.reset()
+        app.mirror.forget_placed()
         app.release_holds()
         return Response.json(200, {"reset": True, "profile": state.profile})
     if route == "settings":

@@ -157,6 +157,19 @@ def test_a_placed_file_is_served_with_its_checksum_at_the_configured_rate(fresh_
     assert checksum.split()[0] == hashlib.sha256(body).hexdigest()
 
 
+def test_a_reset_forgets_placed_files_and_serves_the_generated_artifact_again(fresh_emulator, tmp_path):
+    """One test's hostile or real-size archive must not reach the next test on this emulator."""
+    emu = fresh_emulator
+    name = "cni-plugins-linux-amd64-v1.9.1.tgz"
+    generated = fetch(emu, name)[1]
+    path = tmp_path / name
+    path.write_bytes(b"placed by a test")
+    emu.admin("POST", "artifacts", {"name": name, "path": str(path)})
+    assert fetch(emu, name)[1] == b"placed by a test"
+    emu.reset()
+    assert fetch(emu, name)[1] == generated
+
+
 def test_our_downloader_resumes_a_dropped_transfer_with_a_range(fresh_emulator, tmp_path):
     """The download cut after 100 kB (the truncate fault, once): the second GET asks for the
     rest with Range and If-Range, and the bytes sent in all are the file's, not twice that."""
