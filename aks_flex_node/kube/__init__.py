@@ -255,6 +255,31 @@ class KubeClient:
             raise KubeError(f"PATCH node {name!r}: unexpected answer {status}: {_message(payload)}")
         return payload
 
+    def patch_node_status(self, name, patch):
+        """Strategic merge patch of the Node's status subresource (PATCH
+        /api/v1/nodes/<name>/status: what node-problem-detector's condition manager sends,
+        k8s.io/node-problem-detector pkg/exporters/k8sexporter/condition/manager.go). Conditions
+        merge by type, so the kubelet's own stay. Return the Node; None when it does not exist."""
+        status, payload = self._call("PATCH", self._node_path(name) + "/status", body=patch,
+                                     content_type=STRATEGIC_MERGE)
+        if status == 404:
+            return None
+        if status == 409:
+            raise TemporaryError(f"PATCH node {name!r} status: conflict (409): {_message(payload)}")
+        if status != 200 or not isinstance(payload, dict):
+            raise KubeError(f"PATCH node {name!r} status: unexpected answer {status}: {_message(payload)}")
+        return payload
+
+    def create_event(self, namespace, event):
+        """POST an events.k8s.io/v1 Event (a dict) in `namespace`; return what was stored."""
+        if not (isinstance(namespace, str) and _DNS_LABEL.fullmatch(namespace)):
+            raise KubeError(f"event namespace = {namespace!r}: expected a namespace (a DNS label)")
+        path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        status, payload = self._call("POST", path, body=event)
+        if status not in (200, 201) or not isinstance(payload, dict):
+            raise KubeError(f"POST event in {namespace!r}: unexpected answer {status}: {_message(payload, causes=True)}")
+        return payload
+
     def list_pods_on_node(self, name):
         """Every pod bound to the node, in all namespaces (fieldSelector spec.nodeName, which
         the Node authorizer lets a node use on its own pods)."""

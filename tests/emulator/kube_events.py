@@ -8,6 +8,11 @@ core/v1 shape. Creation checks (pkg/apis/core/validation/events.go ValidateEvent
 part this stand-in enforces: metadata.name (or generateName), involvedObject/regarding, and
 for events.k8s.io/v1 eventTime, reportingController, reportingInstance, action and reason
 (422 Invalid otherwise). No TTL: events stay until reset.
+
+A list takes a fieldSelector on the fields the real registry makes selectable
+(pkg/registry/core/event/strategy.go ToSelectableFields), in their core/v1 names: `kubectl
+describe node` lists a Node's events with involvedObject.kind, .name and .uid (twice: once
+with the Node's uid, once with its name, which the kubelet uses as uid).
 """
 
 import copy
@@ -17,13 +22,17 @@ import uuid
 from tests.emulator.httpbase import Response
 from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
-from tests.emulator import clock
+from tests.emulator import clock, kube_select
 
 EVENTS_GROUP = "events.k8s.io"
 # events.k8s.io/v1 field -> core/v1 field; the others have the same name in both.
 _RENAMED = {"regarding": "involvedObject", "note": "message", "deprecatedSource": "source",
             "deprecatedFirstTimestamp": "firstTimestamp", "deprecatedLastTimestamp": "lastTimestamp",
             "deprecatedCount": "count", "reportingController": "reportingComponent"}
+EVENT_FIELDS = ("metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
+                "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion",
+                "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent",
+                "source", "type")
 _SAME = ("eventTime", "series", "action", "reason", "related", "reportingInstance", "type")
 
 
@@ -99,6 +108,12 @@ def create(app, cl, info, req):
     return Response.json(201, to_events_v1(event) if v1 else event)
 
 
+def _selectable(event):
+    """The event with its selectable fields as the registry computes them: `source` is
+    source.component."""
+    return {**event, "source": (event.get("source") or {}).get("component", "")}
+
+
 def read(app, cl, info, req):
     store = app.state.kube_objects(cl["id"], "events")
     v1 = info.group == EVENTS_GROUP
@@ -109,7 +124,10 @@ def read(app, cl, info, req):
             raise status(404, "NotFound", f'{qualified} "{info.name}" not found',
                          {"name": info.name, "kind": "events", **({"group": EVENTS_GROUP} if v1 else {})})
         return Response.json(200, to_events_v1(event) if v1 else event)
-    items = [e for _, e in sorted(store.items()) if not info.namespace or e["metadata"]["namespace"] == info.namespace]
+    fields = kube_select.parse_fields(req.q("fieldSelector"), EVENT_FIELDS)
+    items = [e for _, e in sorted(store.items())
+             if (not info.namespace or e["metadata"]["namespace"] == info.namespace)
+             and kube_select.fields_match(fields, _selectable(e))]
     return Response.json(200, {"kind": "EventList", "apiVersion": f"{EVENTS_GROUP}/v1" if v1 else "v1",
                                "metadata": {"resourceVersion": str(app.state.data["resource_version"])},
                                "items": [to_events_v1(e) for e in items] if v1 else items})

@@ -1,0 +1,112 @@
+"""Sending the node's conditions (conditions.py) and events (events.py) to its own Node, as
+the node: the kubelet's client certificate in the TLS bootstrap modes, the HIMDS token the
+kubelet's exec plugin uses in Arc mode. The Node authorizer and NodeRestriction allow a node
+exactly this much: PATCH its own Node's status, create events
+(kubernetes.io/docs/reference/access-authn-authz/node/).
+
+Best effort and bounded: a failure is one warning with its code, never the run's failure;
+each request has SEND_TIMEOUT seconds; the configured proxy is used (http_policy).
+"""
+
+import collections
+import datetime
+import logging
+
+from aks_flex_node import http_policy, kube
+from aks_flex_node.azure import himds
+from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.health import conditions, events
+from aks_flex_node.steps import kubelet_auth
+
+log = logging.getLogger(__name__)
+
+# Seconds for each request: a pass that is over must not wait on an API server that does not
+# answer (node-problem-detector's default apiserver-wait-timeout is minutes; we report again
+# on the next pass).
+SEND_TIMEOUT = 5
+
+# What kubelet_auth's TLS bootstrap mechanism reads of a run's context, outside a run.
+_Side = collections.namedtuple("_Side", "host http_policy")
+
+
+def send(client, node_name, summary, lifetimes, now):
+    """Read the Node, set our conditions on it (keeping each lastTransitionTime while its status
+    is the same), create this pass's events; return the events sent, None when the Node is not
+    there (a join that failed before the kubelet registered it)."""
+    node = client.get_node(node_name)
+    if node is None:
+        return None
+    current = (node.get("status") or {}).get("conditions") or []
+    current = current if isinstance(current, list) else []
+    wanted = conditions.conditions_of(summary, lifetimes, now, current)
+    if wanted:
+        client.patch_node_status(node_name, conditions.status_patch(wanted))
+    sent = events.events_of(summary, current, wanted)
+    for seq, event in enumerate(sent):
+        client.create_event(events.NAMESPACE, events.event_body(node, event, now, seq))
+    return sent
+
+
+def report(client_of, node_name, summary, lifetimes, now=None):
+    """`send`, best effort: True when sent, False when not (a warning says why).
+    `client_of()` builds the node's client; it may fail (no credential yet) or give None."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    try:
+        client = client_of()
+        if client is None:
+            return False
+        return send(client, node_name, summary, lifetimes, now) is not None
+    except FlexNodeError as err:
+        log.warning("conditions and events not sent to Node %r (%s): %s", node_name, err.code, err.message)
+        return False
+
+
+def report_leave(client_of, node_name, now=None):
+    """The NodeLeaving event, best effort, before the node's credential is removed."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    try:
+        client = client_of()
+        if client is None:
+            return False
+        node = client.get_node(node_name)
+        if node is None:
+            return False
+        client.create_event(events.NAMESPACE, events.event_body(node, events.leave_event(), now))
+        return True
+    except FlexNodeError as err:
+        log.warning("NodeLeaving event not sent to Node %r (%s): %s", node_name, err.code, err.message)
+        return False
+
+
+def node_client(cfg, host, policy=None):
+    """A client of the API server as this node, or None when the node holds no identity yet.
+    The API server and its CA come from the kubelet's kubeconfig (kubelet_auth.api_server_of)."""
+    auth = kubelet_auth.for_mode(cfg.mode)
+    server, ca_pem = kubelet_auth.api_server_of(host, auth)
+    policy = policy if policy is not None else http_policy.HttpPolicy.from_config(cfg)
+    if cfg.mode.tls_bootstrap:
+        # The kubelet's certificate, as kubelet_auth hands it to a client of the run's.
+        side = _Side(host=host, http_policy=policy)
+        if not auth.has_identity(side):
+            return None  # no client certificate of the kubelet's yet
+        client = auth.client_of(side, server, ca_pem)
+        client.timeout = SEND_TIMEOUT
+        return client
+
+    fetched = []
+
+    def token():  # one HIMDS token for the few requests of a report
+        if not fetched:
+            fetched.append(himds.get_token(cfg.himds_endpoint, himds.AKS_RESOURCE, cfg.himds_key_dir,
+                                           root=str(host.root), timeout=SEND_TIMEOUT,
+                                           attempts=1).access_token)
+        return fetched[0]
+
+    return kube.KubeClient(server, ca_pem, token, policy=policy, timeout=SEND_TIMEOUT)
+
+
+def after_run(cfg, host, summary, lifetimes):
+    """The after-run hook's call: conditions and events of the pass `summary` (status.json)."""
+    if not isinstance(summary, dict) or summary.get("dry_run"):
+        return False
+    return report(lambda: node_client(cfg, host), cfg.machine_name, summary, lifetimes)

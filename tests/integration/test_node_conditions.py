@@ -1,0 +1,163 @@
+"""Conditions and events on the node's own Node, sent with the node's own credential (an
+x509 system:node:<name> client certificate, as the kubelet holds after TLS bootstrap) through
+our real client to the emulated API server, and read back as the operator reads them: the
+API as the cluster admin, and `kubectl describe node` where kubectl is on PATH.
+
+The Node authorizer and NodeRestriction let a node patch its own Node's status and create
+events, and nothing of another node's: a patch of another Node's status is 403.
+"""
+
+import base64
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import types
+
+import pytest
+import yaml
+
+from aks_flex_node import kube
+from aks_flex_node.health import conditions as hc
+from aks_flex_node.health import node_report
+from tests.apiserver_fixtures import make_csr
+from tests.emulator import constants as C
+
+KUBECTL = shutil.which("kubectl", path="/usr/local/bin:/usr/bin:/bin")
+NOW = datetime.datetime(2026, 11, 27, 18, 0, 0, tzinfo=datetime.timezone.utc)
+LATER = NOW + datetime.timedelta(minutes=10)
+
+ROLLED_BACK = {"operation": "bootstrap", "state": "failed", "exit_code": 1,
+               "error": {"error": "upgrade-failed", "message": "kubelet 1.32.1 was not Ready"},
+               "phases": [{"name": "kubelet", "status": "unchanged"}, {"name": "kubelet-upgrade", "status": "failed"}],
+               "kubelet": {"active": "1.31.2", "upgrade": {"from": "1.31.2", "to": "1.32.1", "phase": "failed"}}}
+SUCCEEDED = {"operation": "bootstrap", "state": "succeeded", "exit_code": 0, "error": None,
+             "phases": [{"name": "kubelet", "status": "unchanged"}], "kubelet": {"active": "1.31.2"}}
+EXPIRING = [types.SimpleNamespace(kind="service-principal-certificate", source="/etc/aks-flex-node/sp.pem",
+                                  renewable=False, not_after=NOW + datetime.timedelta(days=3))]
+
+
+class Cluster:
+    def __init__(self, emu, tmp):
+        self.emu, self.tmp = emu, tmp
+        added = emu.add_cluster(name="aks-conditions", resource_group=C.CLUSTER_RG, kubernetes_version="1.32.3")
+        self.server, self.cluster_id = added["apiserver"], added["id"]
+        status, _, creds = emu.arm_call("POST", f"{self.cluster_id}/listClusterAdminCredential", "2026-08-01")
+        assert status == 200, creds
+        self.admin_config = yaml.safe_load(base64.b64decode(creds["kubeconfigs"][0]["value"]))
+        self.admin = {"Authorization": f"Bearer {self.admin_config['users'][0]['user']['token']}"}
+        with open(emu.ca_bundle, "rb") as f:
+            self.ca_pem = f.read()
+
+    def api(self, method, path, body=None):
+        status, _, payload = self.emu.http(method, self.server + path, body, self.admin)
+        return status, payload
+
+    def add_node(self, name):
+        status, body = self.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        assert status == 201, body
+        ready = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                            "message": "kubelet is posting ready status",
+                                            "lastHeartbeatTime": "2026-11-27T17:00:00Z",
+                                            "lastTransitionTime": "2026-11-27T17:00:00Z"}]}}
+        status, _, body = self.emu.http("PATCH", f"{self.server}/api/v1/nodes/{name}/status", json.dumps(ready).encode(),
+                                        dict(self.admin, **{"Content-Type": "application/strategic-merge-patch+json"}))
+        assert status == 200, body
+
+    def node_client(self, name):
+        """Our KubeClient as system:node:<name>, with a client certificate the cluster signed."""
+        csr_pem, key_pem = make_csr(f"system:node:{name}")
+        status, csr = self.api("POST", "/apis/certificates.k8s.io/v1/certificatesigningrequests", {
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name},
+            "spec": {"request": base64.b64encode(csr_pem).decode(), "usages": ["digital signature", "client auth"],
+                     "signerName": "kubernetes.io/kube-apiserver-client-kubelet"}})
+        assert status == 201 and csr["status"].get("certificate"), csr
+        path = os.path.join(self.tmp, f"{name}.pem")
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(csr["status"]["certificate"]) + key_pem)
+        return kube.KubeClient(self.server, self.ca_pem, client_cert=path, timeout=10)
+
+    def node(self, name):
+        status, body = self.api("GET", f"/api/v1/nodes/{name}")
+        assert status == 200, body
+        return body
+
+    def events(self, name):
+        status, body = self.api("GET", "/api/v1/events?fieldSelector=" + f"involvedObject.kind=Node,involvedObject.name={name}")
+        assert status == 200, body
+        return body["items"]
+
+
+@pytest.fixture
+def cluster(fresh_emulator, tmp_path):
+    cl = Cluster(fresh_emulator, str(tmp_path))
+    for name in ("n1", "n2"):
+        cl.add_node(name)
+    return cl
+
+
+def by_type(node):
+    return {c["type"]: c for c in node["status"]["conditions"]}
+
+
+def test_a_failed_upgrade_shows_on_the_node_and_the_kubelets_conditions_stay(cluster):
+    client = cluster.node_client("n1")
+    assert node_report.report(lambda: client, "n1", ROLLED_BACK, EXPIRING, NOW) is True
+    conds = by_type(cluster.node("n1"))
+    assert conds["Ready"]["status"] == "True" and conds["Ready"]["reason"] == "KubeletReady"
+    assert (conds[hc.PASS_FAILED]["status"], conds[hc.PASS_FAILED]["reason"]) == ("True", "KubeletUpgradeFailed")
+    assert conds[hc.UPGRADE_ROLLED_BACK]["status"] == "True"
+    assert (conds[hc.CREDENTIAL_EXPIRING]["status"], conds[hc.CREDENTIAL_EXPIRING]["reason"]) == \
+        ("True", "CredentialExpiresSoon")
+    node_uid = cluster.node("n1")["metadata"]["uid"]
+    events = cluster.events("n1")
+    assert [(e["reason"], e["type"], e["reportingComponent"], e["reportingInstance"]) for e in events] == \
+        [("KubeletUpgradeRolledBack", "Warning", "aks-flex-node", "n1")]
+    assert events[0]["involvedObject"]["uid"] == node_uid and events[0]["metadata"]["namespace"] == "default"
+    assert "Ready" not in by_type(cluster.node("n2")) or hc.PASS_FAILED not in by_type(cluster.node("n2"))
+
+    # The next pass succeeds: the failure clears with a new transition time, the credential's
+    # condition keeps its own, and the recovery is an event.
+    assert node_report.report(lambda: client, "n1", SUCCEEDED, EXPIRING, LATER) is True
+    again = by_type(cluster.node("n1"))
+    assert again[hc.PASS_FAILED]["status"] == "False"
+    assert again[hc.PASS_FAILED]["lastTransitionTime"] == "2026-11-27T18:10:00Z"
+    assert again[hc.CREDENTIAL_EXPIRING]["lastTransitionTime"] == "2026-11-27T18:00:00Z"
+    assert again[hc.CREDENTIAL_EXPIRING]["lastHeartbeatTime"] == "2026-11-27T18:10:00Z"
+    assert [e["reason"] for e in cluster.events("n1")] == ["KubeletUpgradeRolledBack", "PassRecovered"]
+
+
+def test_a_node_cannot_patch_another_nodes_status(cluster):
+    client = cluster.node_client("n1")
+    with pytest.raises(kube.Forbidden):
+        client.patch_node_status("n2", hc.status_patch(hc.conditions_of(ROLLED_BACK, None, NOW)))
+    assert hc.PASS_FAILED not in by_type(cluster.node("n2"))
+    # Best effort: report() as another node's identity warns and returns, it never raises.
+    assert node_report.report(lambda: client, "n2", ROLLED_BACK, None, NOW) is False
+    assert hc.PASS_FAILED not in by_type(cluster.node("n2"))
+
+
+def test_an_unreachable_api_server_is_a_warning(cluster, caplog):
+    client = kube.KubeClient("https://127.0.0.1:9", cluster.ca_pem, client_cert=None, timeout=5)
+    assert node_report.report(lambda: client, "n1", ROLLED_BACK, None, NOW) is False
+    assert any("apiserver-unreachable" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+@pytest.mark.skipif(not KUBECTL, reason="kubectl is not on PATH")
+def test_kubectl_describe_node_shows_the_conditions_and_events(cluster):
+    client = cluster.node_client("n1")
+    assert node_report.report(lambda: client, "n1", ROLLED_BACK, EXPIRING, NOW) is True
+    path = os.path.join(cluster.tmp, "admin.kubeconfig")
+    with open(path, "w") as f:
+        json.dump(cluster.admin_config, f)
+    env = {"PATH": "/usr/bin:/bin", "HOME": cluster.tmp, "KUBECONFIG": path}
+    proc = subprocess.run([KUBECTL, "describe", "node", "n1"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for word in (hc.PASS_FAILED, hc.UPGRADE_ROLLED_BACK, hc.CREDENTIAL_EXPIRING, "KubeletUpgradeFailed",
+                 "CredentialExpiresSoon", "KubeletReady"):
+        assert word in out, out
+    events = out.split("Events:", 1)[1]
+    # Listed once (kubectl asks by the Node's uid and by its name: the emulator selects both).
+    assert events.count("KubeletUpgradeRolledBack") == 1 and "aks-flex-node" in events, events
