@@ -257,6 +257,22 @@ def cmd_upgrade(args):
     return int(ExitCode.OK)
 
 
+def cmd_debug(args):
+    from aks_flex_node.commands import debug
+
+    path, index = debug.write_bundle(_make_host(args), lambda: load_config(args), output=args.output)
+    failed = [part for part in index["parts"] if part["status"] == "failed"]
+    if getattr(args, "json", False):
+        _print_json({"path": path, "warnings": len(failed), "parts": index["parts"]})
+        return int(ExitCode.OK)
+    for part in failed:
+        print(f"warning: {part['part']}: {part['why']}", file=sys.stderr)
+    print(path)
+    if failed:
+        print(f"{len(failed)} part(s) could not be gathered: each says why in the bundle", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
 def cmd_version(args):
     if getattr(args, "json", False):
         _print_json({"version": __version__})
@@ -268,7 +284,7 @@ def cmd_version(args):
 COMMANDS = {
     "bootstrap": cmd_bootstrap, "unbootstrap": cmd_unbootstrap, "status": cmd_status,
     "preflight": cmd_preflight, "agent": cmd_agent, "config": cmd_config, "upgrade": cmd_upgrade,
-    "version": cmd_version,
+    "debug": cmd_debug, "version": cmd_version,
 }
 
 

@@ -130,6 +130,12 @@ def _upgrade_arguments(p, common):
                    help="wait this long for another run to finish")
 
 
+def _debug_arguments(p, common):
+    p.add_argument("--output", default=None, metavar="PATH", type=_path("/tmp/flex-debug.tar.gz"),
+                   help="where to write the bundle (0600; a link there is refused); default "
+                        "/var/lib/aks-flex-node/debug-<UTC time>.tar.gz")
+
+
 def _config_arguments(p, common):
     prog = "aks-flex-node config"
     csub = p.add_subparsers(dest="config_command", metavar="ACTION", parser_class=_Parser, prog=prog)
@@ -159,6 +165,7 @@ SUBCOMMANDS = (
     ("upgrade", "move the kubelet to the cluster's version (or --to): cordon, drain, switch, uncordon",
      _upgrade_arguments),
     ("config", "show, check or import the configuration", _config_arguments),
+    ("debug", "write a support bundle (tar.gz, secrets redacted) of this node's state", _debug_arguments),
     ("version", "print the version", None),
 )
 

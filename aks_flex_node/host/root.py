@@ -322,6 +322,11 @@ class Host:
         return run_command(argv, env=full_env, timeout=timeout, ok_codes=ok_codes,
                            secrets=secrets, input=input)
 
+    def run_installed(self, path, args=(), **kw):
+        """Run the executable installed at node path `path` (below the root) with `args`:
+        what a binary we installed says of itself (`kubelet --version`). See run()."""
+        return self.run([str(self.path(path)), *args], **kw)
+
     def run_system(self, argv, **kw):
         """Run a command that acts on the live system (systemctl, sysctl, modprobe, swapoff).
 
