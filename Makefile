@@ -34,8 +34,23 @@ endef
 
 all: test
 
-deps:
+PROMTOOL_DIR := build/promtool
+PROMTOOL := $(PROMTOOL_DIR)/usr/bin/promtool
+
+deps: $(PROMTOOL)
 	@$(call apt_install,$(APT_DEPS))
+
+# promtool, for `promtool check metrics` on the metrics textfile (tests/unit/test_health_metrics.py),
+# comes from Debian's prometheus package, which is never installed here (its postinst would
+# start a Prometheus server): apt-get download fetches the .deb and only usr/bin/promtool is
+# taken out of it, into build/promtool. HOST_PACKAGES names prometheus, so
+# check-host-packages keeps it in Debian 12's and 13's archives. Without an archive to fetch
+# it from, the tests that need it are skipped, saying why; nothing else is held up.
+$(PROMTOOL):
+	@rm -rf $(PROMTOOL_DIR) && mkdir -p $(PROMTOOL_DIR) && cd $(PROMTOOL_DIR) && \
+	  { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
+	  dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && rm -f prometheus_*.deb || \
+	  echo "promtool: Debian's prometheus package could not be downloaded; promtool checks will be skipped"
 
 $(VENV)/.stamp: requirements-pypi.txt | deps
 	$(PY) -m venv $(VENV)
@@ -316,7 +331,7 @@ ubuntu-suite:
 # Debian 12's and 13's archives (tools/host-packages.py): the README's commands are promised
 # on a fresh machine of either. CI runs it.
 HOST_PACKAGES = $(APT_DEPS) $(TRIXIE_DEPS) $(DEB_BUILD_DEPS) $(DEB_TEST_DEPS) $(REPO_DEPS) $(E2E_DEPS) \
-                $(AUTOPKGTEST_DEPS) mmdebstrap gnupg curl systemd-container
+                $(AUTOPKGTEST_DEPS) mmdebstrap gnupg curl systemd-container prometheus
 .PHONY: check-host-packages
 check-host-packages:
 	env PATH=$(SYSPATH) $(PY) tools/host-packages.py --suite bookworm --suite trixie $(sort $(HOST_PACKAGES))

@@ -27,6 +27,8 @@ LOCK = STATE_DIR + "/lock"
 # A join is wanted but has not succeeded yet (the agent service keeps trying).
 PENDING = STATE_DIR + "/join-pending"
 TOKEN_CACHE = STATE_DIR + "/token-cache.json"
+# What the metrics count across runs (health/metrics.py): repairs by phase, each operation's last run.
+METRICS_RECORD = STATE_DIR + "/metrics.json"
 # The token cache's single-flight lock (token.py): one cold call mints, the others wait.
 TOKEN_LOCK = TOKEN_CACHE + ".lock"
 # Root-only scratch space: azcmagent's 0600 connect file lives here while it runs.

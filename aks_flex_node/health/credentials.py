@@ -19,8 +19,6 @@ import dataclasses
 import datetime
 import re
 
-from cryptography import x509
-
 from aks_flex_node.host import careful_read
 from aks_flex_node.steps.kubelet_paths import BOOTSTRAP_KUBECONFIG, CA_PATH, KUBELET_CLIENT_CERT
 from aks_flex_node.words import WordEnum
@@ -113,6 +111,10 @@ def _certificate(host, kind, source, *, renewable, pick):
         if unsafe.code == "absent":
             return Lifetime(kind, source, Found.ABSENT, renewable=renewable)
         return unknown(f"{source}: {unsafe.why}")
+    # python3-cryptography is loaded here, not at the top: operations.py imports this
+    # module, and a run that asks Azure nothing loads no SDK (tests/unit/test_function_imports.py).
+    from cryptography import x509
+
     blocks = _CERTIFICATE_BLOCK.findall(data)
     if not blocks:
         return unknown(f"{source}: no CERTIFICATE PEM block in it")

@@ -79,6 +79,7 @@ EVERY_DEFAULT = {
     "no_proxy": [],
     "log_level": "info",
     "exec_plugin_command": "/usr/bin/aks-flex-node",
+    "metrics_textfile_dir": "",
 }
 
 

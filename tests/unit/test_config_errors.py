@@ -118,6 +118,7 @@ BAD_VALUES = [
     ("no_proxy", "local host", "separated by commas"),
     ("log_level", "verbose", "one of debug, info, warning, error"),
     ("exec_plugin_command", "aks-flex-node", "an absolute path"),
+    ("metrics_textfile_dir", "var/lib/prometheus/node-exporter", "an absolute path"),
 ]
 
 
