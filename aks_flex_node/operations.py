@@ -8,7 +8,7 @@ import logging
 import os
 import time
 
-from aks_flex_node import health, paths
+from aks_flex_node import paths
 from aks_flex_node.engine import status as st
 from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.runner import Runner
@@ -107,7 +107,6 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
                 host.remove(paths.PENDING)
             status_file.write(summary)
             status_file.complete()
-            health.after_run(host, cfg, summary)  # metrics and the like: best effort, never fails the run
         return result, summary
 
 
@@ -142,7 +141,6 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
         if not dry_run:
             status_file.write(summary)
             status_file.complete()
-            health.after_run(host, cfg, summary)  # metrics and the like: best effort, never fails the run
         return result, summary
 
 

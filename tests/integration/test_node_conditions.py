@@ -23,6 +23,7 @@ from aks_flex_node.health import conditions as hc
 from aks_flex_node.health import node_report
 from tests.apiserver_fixtures import make_csr
 from tests.emulator import constants as C
+from tests.harness import MACHINE_NAME
 
 KUBECTL = shutil.which("kubectl", path="/usr/local/bin:/usr/bin:/bin")
 NOW = datetime.datetime(2026, 11, 27, 18, 0, 0, tzinfo=datetime.timezone.utc)
@@ -161,3 +162,23 @@ def test_kubectl_describe_node_shows_the_conditions_and_events(cluster):
     events = out.split("Events:", 1)[1]
     # Listed once (kubectl asks by the Node's uid and by its name: the emulator selects both).
     assert events.count("KubeletUpgradeRolledBack") == 1 and "aks-flex-node" in events, events
+
+
+# -- through the CLI: the after-run hook, as the node (Arc mode: the HIMDS token) -------------
+
+def flex_conditions(emu):
+    node = {n["metadata"]["name"]: n for n in emu.state()["nodes"][C.CLUSTER_NAME]}[MACHINE_NAME]
+    return {c["type"]: c for c in node["status"]["conditions"] if c["type"].startswith("FlexNode")}
+
+
+def event_reasons(emu):
+    events = emu.state()["kube_objects"].get(C.CLUSTER_ID.lower(), {}).get("events", {}).values()
+    return [e["reason"] for e in sorted(events, key=lambda e: e["metadata"]["name"])
+            if e["involvedObject"].get("name") == MACHINE_NAME and e.get("reportingComponent") == "aks-flex-node"]
+
+
+def test_leaving_is_an_event_sent_before_the_credential_goes(node):
+    node.emu.settings(rbac_propagation_delay=0)
+    node.cli("bootstrap", check=True)
+    node.cli("unbootstrap", check=True)
+    assert event_reasons(node.emu)[-1:] == ["NodeLeaving"]  # after NodeJoined where the hook sent it
