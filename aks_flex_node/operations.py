@@ -8,10 +8,11 @@ import logging
 import os
 import time
 
-from aks_flex_node import paths
+from aks_flex_node import health, paths
 from aks_flex_node.engine import status as st
 from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.runner import Runner
+from aks_flex_node.health import node_report
 from aks_flex_node.health import node_report
 from aks_flex_node.engine.undo import run_undo
 from aks_flex_node.errors import ExitCode, FlexNodeError
@@ -107,6 +108,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
                 host.remove(paths.PENDING)
             status_file.write(summary)
             status_file.complete()
+            health.after_run(host, cfg, summary)  # metrics and the like: best effort, never fails the run
         return result, summary
 
 
@@ -127,6 +129,8 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
             _mark_running(status_file, dict(_identity(cfg), operation="unbootstrap"))
         if not dry_run:  # while the node still has its credential: best effort, bounded
             node_report.report_leave(lambda: node_report.node_client(cfg, host), cfg.machine_name)
+        if not dry_run:  # while the node still has its credential: best effort, bounded
+            node_report.report_leave(lambda: node_report.node_client(cfg, host), cfg.machine_name)
         result = run_undo(unbootstrap_steps(ctx.mode), ctx, dry_run=dry_run,
                           keep_cloud=keep_cloud_resources, progress=progress)
         if not dry_run:
@@ -141,6 +145,7 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
         if not dry_run:
             status_file.write(summary)
             status_file.complete()
+            health.after_run(host, cfg, summary)  # metrics and the like: best effort, never fails the run
         return result, summary
 
 
