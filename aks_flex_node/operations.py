@@ -13,7 +13,6 @@ from aks_flex_node.engine import status as st
 from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.runner import Runner
 from aks_flex_node.health import node_report
-from aks_flex_node.health import node_report
 from aks_flex_node.engine.undo import run_undo
 from aks_flex_node.errors import ExitCode, FlexNodeError
 from aks_flex_node.kube import drain as node_drain
@@ -127,8 +126,6 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
         status_file = st.StatusFile(host)
         if not dry_run:
             _mark_running(status_file, dict(_identity(cfg), operation="unbootstrap"))
-        if not dry_run:  # while the node still has its credential: best effort, bounded
-            node_report.report_leave(lambda: node_report.node_client(cfg, host), cfg.machine_name)
         if not dry_run:  # while the node still has its credential: best effort, bounded
             node_report.report_leave(lambda: node_report.node_client(cfg, host), cfg.machine_name)
         result = run_undo(unbootstrap_steps(ctx.mode), ctx, dry_run=dry_run,
