@@ -41,16 +41,18 @@ deps: $(PROMTOOL)
 	@$(call apt_install,$(APT_DEPS))
 
 # promtool, for `promtool check metrics` on the metrics textfile (tests/unit/test_health_metrics.py),
-# comes from Debian's prometheus package, which is never installed here (its postinst would
-# start a Prometheus server): apt-get download fetches the .deb and only usr/bin/promtool is
-# taken out of it, into build/promtool. HOST_PACKAGES names prometheus, so
-# check-host-packages keeps it in Debian 12's and 13's archives. Without an archive to fetch
-# it from, the tests that need it are skipped, saying why; nothing else is held up.
+# is taken out of a Debian package into build/promtool, never installed: Debian 13 (and Ubuntu
+# 25.10) ship it alone as `promtool`; Debian 12 only inside `prometheus` (2.42), whose
+# postinst would start a Prometheus server here. apt-get download fetches the first of the two
+# the archive has and only ./usr/bin/promtool is extracted. HOST_PACKAGES names prometheus
+# (in both Debian 12's and 13's archives) for check-host-packages. Without an archive to
+# fetch it from, the tests that need it are skipped, saying why; nothing else is held up.
 $(PROMTOOL):
 	@rm -rf $(PROMTOOL_DIR) && mkdir -p $(PROMTOOL_DIR) && cd $(PROMTOOL_DIR) && \
-	  { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
-	  dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && rm -f prometheus_*.deb || \
-	  echo "promtool: Debian's prometheus package could not be downloaded; promtool checks will be skipped"
+	  { [ -n "$$(apt-cache policy promtool prometheus 2>/dev/null | grep Candidate: | grep -v none)" ] || apt-get update -qq; } && \
+	  { apt-get download -qq promtool 2>/dev/null || apt-get download -qq prometheus; } && \
+	  dpkg-deb --fsys-tarfile *.deb | tar -x ./usr/bin/promtool && rm -f *.deb || \
+	  echo "promtool: not downloadable from Debian's archive here; the promtool checks will be skipped"
 
 $(VENV)/.stamp: requirements-pypi.txt | deps
 	$(PY) -m venv $(VENV)
