@@ -156,7 +156,9 @@ def known_secrets(gathering):
 # ---- the parts -------------------------------------------------------------------
 
 def part_config(g):
-    cfg = g.needs_config()
+    if g.config is None:
+        raise g.config_error  # the one warning for it: the parts that need it say "absent"
+    cfg = g.config
     effective = recorded_overlay(cfg, g.host)
     doc = {"source": str(effective.source), "values": effective.as_dict(redact=True)}
     if effective.origins:
@@ -244,7 +246,7 @@ def part_reachability(g):
         endpoints["api_server"] = kubelet_auth.api_server_of(g.host, kubelet_auth.for_mode(ctx.mode))[0]
     except FlexNodeError:
         pass  # not joined: no API server known
-    doc = {"proxy": policy.shown_proxy(), "endpoints": {}}
+    doc = {"proxy": policy.shown_proxy or None, "endpoints": {}}
     for name, url in endpoints.items():
         failure = reachability.reachable(url, policy)
         doc["endpoints"][name] = {"url": url, "via_proxy": bool(policy.proxy_for(url)),
@@ -335,6 +337,10 @@ def write_bundle(host, load_config, output=None, now=None):
     if found not in (None, "file"):
         raise BundleError(f"--output {output!r}: there is a {found} there: expected a regular file or nothing",
                           remedy="name another path", code="bundle-output-not-regular")
+    own_dir = output.startswith(paths.STATE_DIR + "/")
+    if not own_dir and not host.is_dir(os.path.dirname(output)):
+        raise BundleError(f"--output {output!r}: {os.path.dirname(output)} is not a directory",
+                          remedy="name a path in an existing directory", code="bundle-output-no-directory")
     members, manifest, redactor = gather(host, load_config)
     warnings = [e for e in manifest if e["status"] == "failed"]
     index = {"aks-flex-node": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
@@ -343,7 +349,7 @@ def write_bundle(host, load_config, output=None, now=None):
     top = os.path.basename(output).split(".")[0] or "aks-flex-node-debug"
     data = _tar_gz(members, top, int(now))
     try:
-        if output.startswith(paths.STATE_DIR + "/") and host.kind(paths.STATE_DIR) is None:
+        if own_dir and host.kind(paths.STATE_DIR) is None:
             host.ensure_dir(paths.STATE_DIR, 0o700)
         host.write_file(output, data, mode=0o600)
     except (HostFileError, OSError) as err:

@@ -89,24 +89,27 @@ def test_an_unjoined_node_gets_a_bundle_and_nothing_else_changes(node):
 
 
 def test_a_bundle_at_a_path_given_prints_it(node):
-    proc = node.cli("debug", "--output", "/var/tmp/support.tar.gz")
+    proc, doc = node.cli_json("debug", "--output", "/nowhere/support.tar.gz")
+    assert proc.returncode == 1 and doc["error"] == "bundle-output-no-directory"
+    assert not os.path.exists(node.path("/nowhere"))
+    proc = node.cli("debug", "--output", "/tmp/support.tar.gz")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "/var/tmp/support.tar.gz"
-    assert stat.S_IMODE(os.lstat(node.path("/var/tmp/support.tar.gz")).st_mode) == 0o600
+    assert proc.stdout.strip() == "/tmp/support.tar.gz"
+    assert stat.S_IMODE(os.lstat(node.path("/tmp/support.tar.gz")).st_mode) == 0o600
 
 
 @pytest.mark.parametrize("kind", ["symlink", "directory"])
 def test_a_link_or_directory_at_the_output_path_is_refused(node, kind, tmp_path):
     outside = tmp_path / "victim"
     outside.write_bytes(b"untouched")
-    target = node.path("/var/tmp/bundle.tar.gz")
+    target = node.path("/tmp/bundle.tar.gz")
     os.makedirs(os.path.dirname(target), exist_ok=True)
     if kind == "symlink":
         os.symlink(outside, target)
     else:
         os.mkdir(target)
     before = snapshot(node.root)
-    proc, doc = node.cli_json("debug", "--output", "/var/tmp/bundle.tar.gz")
+    proc, doc = node.cli_json("debug", "--output", "/tmp/bundle.tar.gz")
     assert proc.returncode == 1
     assert doc["error"] == "bundle-output-not-regular"
     assert outside.read_bytes() == b"untouched"
@@ -171,11 +174,11 @@ def forms(secret):
 @pytest.mark.parametrize("auth", ["client-secret", "certificate"])
 def test_no_secret_we_know_is_in_the_bundle(node, auth):
     planted = plant_secrets(node, auth)
-    proc, doc = node.cli_json("debug", "--output", "/var/tmp/bundle.tar.gz")
+    proc, doc = node.cli_json("debug", "--output", "/tmp/bundle.tar.gz")
     assert proc.returncode == 0, proc.stderr
-    with open(node.path("/var/tmp/bundle.tar.gz"), "rb") as f:
+    with open(node.path("/tmp/bundle.tar.gz"), "rb") as f:
         raw = f.read()
-    found = members(node.path("/var/tmp/bundle.tar.gz"))
+    found = members(node.path("/tmp/bundle.tar.gz"))
     everything = b"\n".join(found.values()) + raw
     for name, secret in planted.items():
         for form in forms(secret):
@@ -186,3 +189,51 @@ def test_no_secret_we_know_is_in_the_bundle(node, auth):
     assert b"PRIVATE KEY removed" in found["journal/kubelet.service.txt"]
     assert b'"state": "failed"' in found["status.json"]
     assert "***@127.0.0.1:9" in json.loads(found["config.json"])["values"]["https_proxy"]
+
+
+def test_a_joined_node_bundle_holds_its_node_versions_units_and_journal(node):
+    node.cli("bootstrap", check=True)
+    before = snapshot(node.root)
+    proc, doc = node.cli_json("debug", "--output", "/tmp/joined.tar.gz")
+    assert proc.returncode == 0, proc.stderr
+    assert set(snapshot(node.root)) - set(before) == {"/tmp/joined.tar.gz"}
+    found = members(node.path("/tmp/joined.tar.gz"))
+    status = {part["part"]: part["status"] for part in json.loads(found["bundle.json"])["parts"]}
+    for part in ("status.json", "ledger.json", "node.json", "azcmagent-show.json", "units.txt",
+                 "versions.json", "reachability.json", "journal/kubelet.service.txt"):
+        assert status[part] == "ok", (part, found.get(f"{part}.unavailable.txt") or found.get(f"{part}.absent.txt"))
+    assert json.loads(found["node.json"])["metadata"]["name"] == harness.MACHINE_NAME
+    assert json.loads(found["azcmagent-show.json"])["status"] == "Connected"
+    assert json.loads(found["versions.json"])["kubelet"]["exit_code"] == 0
+    assert b"ActiveState=active" in found["units.txt"]
+    reach = json.loads(found["reachability.json"])["endpoints"]
+    assert reach["arm"]["reachable"] and reach["api_server"]["reachable"]
+    everything = b"\n".join(found.values())
+    assert C.SP_CLIENT_SECRET.encode() not in everything
+
+
+def test_a_part_over_its_cap_is_cut_with_a_note(node):
+    journal = os.path.join(node.state_dir, "units")
+    os.makedirs(journal, exist_ok=True)
+    with open(os.path.join(journal, "kubelet.service.log"), "w") as f:
+        f.write(("x" * 20_000 + "\n") * 500)  # 10 MB in the last 500 lines
+    proc, doc = node.cli_json("debug", "--output", "/tmp/big.tar.gz")
+    assert proc.returncode == 0, proc.stderr
+    entry = next(p for p in doc["parts"] if p["part"] == "journal/kubelet.service.txt")
+    assert entry["cut"] and entry["bytes"] < 8 * 1024 * 1024 + 200
+    assert members(node.path("/tmp/big.tar.gz"))["journal/kubelet.service.txt"].rstrip().endswith(b"are kept]")
+
+
+def test_a_configuration_that_does_not_load_is_a_part_that_says_why(node):
+    with open(node.path(harness.CONFIG_PATH)) as f:
+        text = f.read()
+    with open(node.path(harness.CONFIG_PATH), "w") as f:
+        f.write(text.replace("]\n", "]\nmax_pods = 9000\n", 1))
+    proc, doc = node.cli_json("debug", "--output", "/tmp/badconf.tar.gz")
+    assert proc.returncode == 0, proc.stderr
+    status = {part["part"]: part for part in doc["parts"]}
+    assert status["config.json"]["status"] == "failed" and status["config.json"]["code"] == "config"
+    assert status["units.txt"]["status"] == "ok" and status["preflight.json"]["status"] == "absent"
+    assert doc["warnings"] >= 1
+    found = members(node.path("/tmp/badconf.tar.gz"))
+    assert b"max_pods" in found["config.json.unavailable.txt"]
