@@ -10,7 +10,7 @@ import datetime
 import logging
 import time
 
-from aks_flex_node.health import credentials, metrics
+from aks_flex_node.health import credentials, metrics, node_report
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ def _metrics(host, config, summary, lifetimes, timestamp):
 # (what it reports, in the warning if it fails; reporter(host, config, summary, lifetimes, timestamp))
 REPORTERS = (
     ("metrics textfile", _metrics),
+    ("Node conditions and events", node_report.after_run),  # as the node: health/node_report.py
 )
 
 

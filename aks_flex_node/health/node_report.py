@@ -105,8 +105,12 @@ def node_client(cfg, host, policy=None):
     return kube.KubeClient(server, ca_pem, token, policy=policy, timeout=SEND_TIMEOUT)
 
 
-def after_run(cfg, host, summary, lifetimes):
-    """The after-run hook's call: conditions and events of the pass `summary` (status.json)."""
-    if not isinstance(summary, dict) or summary.get("dry_run"):
+def after_run(host, cfg, summary, lifetimes, timestamp):
+    """A reporter of health/__init__.py's after-run hook: the conditions and events of the
+    bootstrap pass `summary` (status.json's), as of `timestamp` (Unix seconds). An
+    unbootstrap reports nothing here: its Node and credential are gone (report_leave is sent
+    before)."""
+    if not isinstance(summary, dict) or summary.get("dry_run") or summary.get("operation") != "bootstrap":
         return False
-    return report(lambda: node_client(cfg, host), cfg.machine_name, summary, lifetimes)
+    now = datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc)
+    return report(lambda: node_client(cfg, host), cfg.machine_name, summary, lifetimes, now)

@@ -177,6 +177,25 @@ def event_reasons(emu):
             if e["involvedObject"].get("name") == MACHINE_NAME and e.get("reportingComponent") == "aks-flex-node"]
 
 
+def test_a_join_then_a_failed_pass_show_on_the_node(node):
+    node.emu.settings(rbac_propagation_delay=0)
+    node.cli("bootstrap", check=True)
+    conds = flex_conditions(node.emu)
+    assert conds[hc.PASS_FAILED]["status"] == "False" and conds[hc.REPAIR_DID_NOT_STICK]["status"] == "False"
+    assert event_reasons(node.emu) == ["NodeJoined"]
+    # Drift the kubelet's config and make its restart fail: the services phase fails.
+    with open(node.path("/var/lib/kubelet/config.yaml"), "ab") as f:
+        f.write(b"\n# an operator's edit\n")
+    node.fake.fail("systemctl", "Job for kubelet.service failed", verb="restart")
+    proc = node.cli("bootstrap")
+    assert proc.returncode != 0
+    failed = flex_conditions(node.emu)[hc.PASS_FAILED]
+    assert (failed["status"], failed["reason"]) == ("True", "ServicesFailed")
+    patches = [r for r in node.emu.requests(server="apiserver", method="PATCH")
+               if r["path"] == f"/api/v1/nodes/{MACHINE_NAME}/status"]
+    assert patches and all(r["status"] == 200 for r in patches)
+
+
 def test_leaving_is_an_event_sent_before_the_credential_goes(node):
     node.emu.settings(rbac_propagation_delay=0)
     node.cli("bootstrap", check=True)
