@@ -40,6 +40,18 @@ _REPAIR_CODE = "repair-did-not-stick"
 _UPGRADE_FAILED_PHASE = "failed"  # steps/kubelet_upgrade.py FAILED: rolled back, record kept
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
+# A metav1.Time as the API server writes it (RFC 3339, seconds, UTC "Z" or an offset).
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})", re.ASCII)
+
+
+def _kept_time(before, status):
+    """The current condition's lastTransitionTime while its status is `status`; None when it
+    changed, or when what the API server holds is not an RFC 3339 time (it is read from the
+    network and sent back: anything else is replaced, never echoed)."""
+    if before is None or before.get("status") != status:
+        return None
+    stamp = before.get("lastTransitionTime")
+    return stamp if isinstance(stamp, str) and _RFC3339.fullmatch(stamp) else None
 
 
 def camel(text):
@@ -135,9 +147,8 @@ def conditions_of(summary, lifetimes, now, current=()):
     out = []
     for cond in filter(None, wanted):
         before = by_type.get(cond["type"])
-        kept = before is not None and before.get("status") == cond["status"] and before.get("lastTransitionTime")
         out.append(dict(cond, lastHeartbeatTime=stamp,
-                        lastTransitionTime=before["lastTransitionTime"] if kept else stamp))
+                        lastTransitionTime=_kept_time(before, cond["status"]) or stamp))
     return out
 
 

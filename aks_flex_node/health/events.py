@@ -19,6 +19,7 @@ after our patch (health/conditions.py) decide what happened:
 """
 
 import datetime
+import re
 
 from aks_flex_node.health import conditions as cond
 
@@ -87,23 +88,23 @@ def _micro(now):
     return now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def event_body(node, event, now, seq=0):
-    """The events.k8s.io/v1 Event for `event` regarding the Node object `node`; `seq`
-    tells apart the names of events made at the same `now`."""
-    meta = node.get("metadata") or {}
-    name = meta.get("name")
+# A uid as the API server makes them (a UUID, k8s.io/apimachinery util/uuid); anything else
+# in the answer is not echoed back.
+_UID = re.compile(r"[0-9A-Za-z-]{1,64}", re.ASCII)
+
+
+def event_body(node, event, now, seq=0, name=None):
+    """The events.k8s.io/v1 Event for `event` regarding the Node object `node` (as read from
+    the API server), whose name is `name` (the one we asked for; the answer's when None);
+    `seq` tells apart the names of events made at the same `now`."""
+    meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
+    name = name if name is not None else meta.get("name")
+    uid = meta.get("uid")
+    uid = uid if isinstance(uid, str) and _UID.fullmatch(uid) else ""
     note = event.note if len(event.note.encode()) <= NOTE_LIMIT else event.note.encode()[:NOTE_LIMIT - 3].decode(
         "utf-8", "ignore") + "..."
     return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
             "metadata": {"name": f"{name}.{int(now.timestamp() * 1e9) + seq:x}", "namespace": NAMESPACE},
             "eventTime": _micro(now), "reportingController": CONTROLLER, "reportingInstance": name,
             "action": event.action, "reason": event.reason, "type": event.type, "note": note,
-            "regarding": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", ""),
-                          "namespace": ""}}
-
-
-def send_leave(client, node_name, now):
-    """POST NodeLeaving regarding the Node (conditions.report's best effort wraps it)."""
-    node = client.get_node(node_name)
-    if node is not None:
-        client.create_event(NAMESPACE, event_body(node, leave_event(), now))
+            "regarding": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid, "namespace": ""}}

@@ -43,7 +43,7 @@ def send(client, node_name, summary, lifetimes, now):
         client.patch_node_status(node_name, conditions.status_patch(wanted))
     sent = events.events_of(summary, current, wanted)
     for seq, event in enumerate(sent):
-        client.create_event(events.NAMESPACE, events.event_body(node, event, now, seq))
+        client.create_event(events.NAMESPACE, events.event_body(node, event, now, seq, name=node_name))
     return sent
 
 
@@ -71,7 +71,7 @@ def report_leave(client_of, node_name, now=None):
         node = client.get_node(node_name)
         if node is None:
             return False
-        client.create_event(events.NAMESPACE, events.event_body(node, events.leave_event(), now))
+        client.create_event(events.NAMESPACE, events.event_body(node, events.leave_event(), now, name=node_name))
         return True
     except FlexNodeError as err:
         log.warning("NodeLeaving event not sent to Node %r (%s): %s", node_name, err.code, err.message)

@@ -134,3 +134,25 @@ def test_event_body_follows_the_kubelets_conventions():
     assert body["eventTime"] == "2026-11-27T18:00:00.000000Z"
     long = he.Event("Warning", "X", "Y", "é" * 2000)
     assert len(he.event_body(node, long, NOW)["note"].encode()) <= he.NOTE_LIMIT
+
+
+@pytest.mark.parametrize("hostile", [{"a": 1}, "\x1b[2J", "x" * 100000, 17, "2026-11-01"])
+def test_a_transition_time_that_is_not_a_time_is_not_sent_back(hostile):
+    """The Node's current conditions come from the API server: a lastTransitionTime that is not
+    an RFC 3339 time is replaced by now, never copied into our patch."""
+    current = [{"type": hc.PASS_FAILED, "status": "True", "lastTransitionTime": hostile}]
+    cond = by_type(hc.conditions_of(FAILED, [], NOW, current))[hc.PASS_FAILED]
+    assert cond["lastTransitionTime"] == "2026-11-27T18:00:00Z"
+
+
+@pytest.mark.parametrize("uid", [{"a": 1}, "\x1b]0;x\x07", "u" * 1000, None])
+def test_an_event_never_echoes_a_uid_that_is_not_one(uid):
+    node = {"metadata": {"name": "n1", "uid": uid}}
+    assert he.event_body(node, he.leave_event(), NOW, name="n1")["regarding"]["uid"] == ""
+
+
+def test_an_event_names_the_node_asked_for_not_what_the_answer_says():
+    node = {"metadata": {"name": {"evil": 1}, "uid": "u-1"}}
+    body = he.event_body(node, he.leave_event(), NOW, name="n1")
+    assert body["regarding"]["name"] == body["reportingInstance"] == "n1"
+    assert body["metadata"]["name"].startswith("n1.")
