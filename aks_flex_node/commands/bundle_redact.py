@@ -10,9 +10,9 @@ Three layers, because no single one is enough:
 - private key PEM blocks removed whole (RFC 7468 section 2's encapsulation boundaries), so
   a key we did not know of, or one with another line length, never survives;
 - patterns of credentials that need no knowing: an Authorization bearer value, a JWT (and
-  its base64), a
-  bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`: kubernetes, Learn "Authenticating with
-  Bootstrap Tokens"), and user:password@ in a URL (http_policy.redact's rule).
+  its base64), a bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`: kubernetes.io, "Authenticating
+  with Bootstrap Tokens"), user:password@ in a URL (http_policy.redact's rule), and a SAS
+  signature or token in a URL's query (an artifact mirror on Azure Blob Storage).
 """
 
 import base64
@@ -30,6 +30,9 @@ _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 _JWT_BASE64 = re.compile(r"ZXlK[A-Za-z0-9+/_-]{16,}={0,2}")
 _BOOTSTRAP_TOKEN = re.compile(r"[a-z0-9]{6}\.[a-z0-9]{16}\b")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s\"']+@")
+# A URL's query credentials: an Azure Storage SAS's signature (Learn, "Create a service SAS":
+# sig=), and access_token / token / code parameters (RFC 6750 section 2.3, RFC 6749).
+_QUERY_CREDENTIALS = re.compile(r"(?i)([?&](?:sig|signature|access_token|token|code)=)[^&\s\"'#]+")
 # Lines of a PEM body (base64): what is taken of a key file as secrets of its own.
 _PEM_BODY_LINE = re.compile(r"^[A-Za-z0-9+/=]{16,}$")
 
@@ -71,6 +74,7 @@ class Redactor:
         text = _JWT.sub(REDACTED, text)
         text = _JWT_BASE64.sub(REDACTED, text)
         text = _BOOTSTRAP_TOKEN.sub(REDACTED, text)
+        text = _QUERY_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED, text)
         return _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
 
     def bytes(self, data):

@@ -17,6 +17,7 @@ import io
 import json
 import os
 import tarfile
+import threading
 import time
 import urllib.parse
 
@@ -37,6 +38,10 @@ from aks_flex_node.steps.preflight import reachability
 PART_LIMIT = 8 * 1024 * 1024  # each part's bytes at most; the rest is cut with a note
 SECRET_FILE_LIMIT = 1024 * 1024
 JOURNAL_LINES = 500  # the last lines of each unit's journal
+# A part still running after this long is given up (and left to die with the process): the
+# Azure SDK's retries behind a preflight check or the Node's GET could otherwise hold the
+# bundle for many minutes on a node whose network is the problem.
+PART_DEADLINE = 120
 COMMAND_TIMEOUT = 20  # seconds for each command asked (journalctl, systemctl, --version)
 # systemd.exec(5)/systemd.service(5) properties that say how a unit is and why.
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "Result",
@@ -285,7 +290,31 @@ def _cut(data, limit=PART_LIMIT):
     return data[:limit] + f"\n[cut: the part is {len(data)} bytes; the first {limit} are kept]\n".encode(), True
 
 
-def gather(host, load_config, parts=PARTS):
+class _Overran(FlexNodeError):
+    code = "part-overran"
+
+
+def _within_deadline(part, g, deadline):
+    """part(g), or _Overran when it has not finished within `deadline` seconds."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = part(g)
+        except BaseException as err:  # handed to the caller below, whatever it is
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        raise _Overran(f"did not finish within {deadline} s: given up")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def gather(host, load_config, parts=PARTS, deadline=PART_DEADLINE):
     """[(member name, bytes)] and the manifest: every part run, redacted and capped."""
     g = Gathering(host, load_config)
     redactor = Redactor(known_secrets(g))
@@ -293,7 +322,7 @@ def gather(host, load_config, parts=PARTS):
     for name, part in parts:
         entry = {"part": name}
         try:
-            data = _as_bytes(part(g))
+            data = _as_bytes(_within_deadline(part, g, deadline))
             entry["status"] = "ok"
         except Absent as why:
             name, entry["status"], data = f"{name}.absent.txt", "absent", f"{why}\n".encode()

@@ -196,7 +196,10 @@ def test_a_joined_node_bundle_holds_its_node_versions_units_and_journal(node):
     before = snapshot(node.root)
     proc, doc = node.cli_json("debug", "--output", "/tmp/joined.tar.gz")
     assert proc.returncode == 0, proc.stderr
-    assert set(snapshot(node.root)) - set(before) == {"/tmp/joined.tar.gz"}
+    after = snapshot(node.root)
+    assert set(after) - set(before) == {"/tmp/joined.tar.gz"}
+    changed = sorted(path for path in before if after.get(path) != before[path])
+    assert changed == [], changed
     found = members(node.path("/tmp/joined.tar.gz"))
     status = {part["part"]: part["status"] for part in json.loads(found["bundle.json"])["parts"]}
     for part in ("status.json", "ledger.json", "node.json", "azcmagent-show.json", "units.txt",

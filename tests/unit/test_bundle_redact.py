@@ -28,11 +28,13 @@ def test_credentials_go_by_pattern_unknown():
     text = ("Authorization: Bearer abc.def-ghi\n"
             "token 0a1b2c.0123456789abcdef\n"
             "https_proxy=http://user:pw@proxy:3128/\n"
+            "mirror https://acct.blob.core.windows.net/k8s?sv=2022-11-02&sig=AbCd%2Bsecret123&se=x\n"
             "jwt eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl\n")
     clean = Redactor().text(text)
-    for leaked in ("abc.def-ghi", "0a1b2c.0123456789abcdef", "user:pw", "eyJzdWIiOiJ4In0", "c2lnbmF0dXJl"):
+    for leaked in ("abc.def-ghi", "0a1b2c.0123456789abcdef", "user:pw", "eyJzdWIiOiJ4In0", "c2lnbmF0dXJl",
+                   "AbCd%2Bsecret123"):
         assert leaked not in clean, leaked
-    assert "proxy:3128" in clean
+    assert "proxy:3128" in clean and "sv=2022-11-02" in clean and "&se=x" in clean
 
 
 def test_a_key_body_is_known_line_by_line():
