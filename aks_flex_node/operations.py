@@ -65,7 +65,9 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         ctx = JoinContext(cfg, host, ledger, data=JoinData.restore(cached), options=JoinOptions(
             ignore_preflight_errors=frozenset(ignore_preflight_errors),
             local_only=bool(cached) and local_only, dry_run=dry_run,
-            refresh_pool=refresh_pool, agent=agent, upgrade=upgrade))
+            refresh_pool=refresh_pool, agent=agent, upgrade=upgrade,
+            upgrade_started=lambda node, previous, target: node_report.report_upgrade_started(
+                lambda: node_report.node_client(cfg, host), node, cfg.machine_name, previous, target)))
         if ctx.local_only:
             skip = tuple(skip) + ("preflight",)  # a gate for joining, not for converging
         status_file = st.StatusFile(host)

@@ -12,6 +12,7 @@ after our patch (health/conditions.py) decide what happened:
   NodeJoined                 Normal   a pass succeeded and the Node carried no FlexNode condition yet
   PassRecovered              Normal   a pass succeeded after a failed one
   DriftRepaired              Normal   a pass of a joined node changed something (a repair)
+  KubeletUpgradeStarted      Normal   sent by upgrade_started_event() when an upgrade is recorded as begun
   KubeletUpgraded            Normal   the kubelet-upgrade phase switched the kubelet's version
   KubeletUpgradeRolledBack   Warning  the upgrade failed and the old kubelet is back
   RepairDidNotStick          Warning  a repair was needed twice in a row
@@ -81,6 +82,13 @@ def events_of(summary, before, after):
 def leave_event():
     """The event sent before the node leaves (its credential is removed after it)."""
     return Event("Normal", "NodeLeaving", "Leave", "aks-flex-node is removing this node from the cluster")
+
+
+def upgrade_started_event(previous, target):
+    """The event sent when a kubelet upgrade begins (steps/kubelet_upgrade.py start), before
+    the cordon: the pass's own events (KubeletUpgraded, KubeletUpgradeRolledBack) come after it."""
+    return Event("Normal", "KubeletUpgradeStarted", "Upgrade",
+                 f"aks-flex-node is upgrading the kubelet from {previous} to {target}: cordon, drain, switch, restart")
 
 
 def _micro(now):

@@ -61,6 +61,25 @@ def report(client_of, node_name, summary, lifetimes, now=None):
         return False
 
 
+def report_upgrade_started(client_of, node, node_name, previous, target, now=None):
+    """The KubeletUpgradeStarted event regarding `node` (the Node as the upgrade just read
+    it), best effort and bounded like `report`: False (and a warning) when not sent."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    try:
+        client = client_of()
+        if client is None:
+            return False
+        client.create_event(events.NAMESPACE, events.event_body(
+            node, events.upgrade_started_event(previous, target), now, name=node_name))
+        return True
+    except FlexNodeError as err:
+        log.warning("KubeletUpgradeStarted event not sent to Node %r (%s): %s", node_name, err.code, err.message)
+        return False
+    except Exception as err:  # noqa: BLE001 - an event must never stop the upgrade it announces
+        log.warning("KubeletUpgradeStarted event not sent to Node %r: %s: %s", node_name, type(err).__name__, err)
+        return False
+
+
 def report_leave(client_of, node_name, now=None):
     """The NodeLeaving event, best effort, before the node's credential is removed."""
     now = now or datetime.datetime.now(datetime.timezone.utc)

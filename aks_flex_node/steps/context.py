@@ -2,7 +2,7 @@
 configuration the node is built to, the run's HTTP policy and downloader, and Azure."""
 
 import dataclasses
-from typing import FrozenSet, Optional
+from typing import Callable, FrozenSet, Optional
 
 from aks_flex_node.engine.context import Context, RunOptions
 from aks_flex_node.http_policy import HttpPolicy
@@ -21,6 +21,9 @@ class JoinOptions(RunOptions):
     agent: bool = False  # the agent's run: a kubelet upgrade waits for upgrade_window
     upgrade: bool = False  # `aks-flex-node upgrade` asked: a version whose upgrade failed is tried again
     drain_timeout: Optional[float] = None  # unbootstrap: drain the Node first, within this (None: no drain)
+    # Told (the Node as read, from, to) when a kubelet upgrade is recorded as begun: operations.py
+    # sends the event (health/ is a layer above steps/); it never raises.
+    upgrade_started: Optional[Callable] = None
 
 
 class JoinContext(Context):

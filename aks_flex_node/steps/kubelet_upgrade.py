@@ -120,6 +120,11 @@ def start(ctx, current, target):
     record = {"from": current, "to": target, "phase": DRAIN,
               "cordoned": not (node.get("spec") or {}).get("unschedulable")}
     _save(ctx, **record)
+    # Begun: the operator sees it on the Node before the cordon (operations.py sends the
+    # event, best effort and bounded, as the node); a run that carries on a recorded
+    # upgrade has told it already.
+    if ctx.options.upgrade_started is not None:
+        ctx.options.upgrade_started(node, current, target)
     return carry_on(ctx, record, client)
 
 

@@ -107,6 +107,29 @@ def test_upgrade_cordons_drains_switches_and_uncordons(joined):
     assert kubelet_version(joined) == "v1.30.5"
 
 
+def flex_events(emu):
+    """Our events regarding the node, as the API server stand-in holds them, oldest first."""
+    from tests.emulator import constants as C
+    held = emu.state()["kube_objects"].get(C.CLUSTER_ID.lower(), {}).get("events", {}).values()
+    return [e for e in sorted(held, key=lambda e: (e["eventTime"], e["metadata"]["name"]))
+            if e["involvedObject"].get("name") == MACHINE_NAME and e.get("reportingComponent") == "aks-flex-node"]
+
+
+def test_an_upgrade_is_an_event_when_it_starts_and_when_it_ends(joined):
+    proc = joined.cli("upgrade", "--to", "1.30.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = [(e["reason"], e["type"]) for e in flex_events(joined.emu) if e["action"] == "Upgrade"]
+    assert seen == [("KubeletUpgradeStarted", "Normal"), ("KubeletUpgraded", "Normal")], seen
+    started = next(e for e in flex_events(joined.emu) if e["reason"] == "KubeletUpgradeStarted")
+    assert started["involvedObject"]["uid"] == node_object(joined.emu)["metadata"]["uid"]
+    # Sent when the upgrade is recorded as begun: before the cordon.
+    asked = [("event" if r["method"] == "POST" and r["path"].endswith("/events") else "cordon")
+             for r in joined.emu.requests(server="apiserver")
+             if (r["method"] == "POST" and r["path"].endswith("/events"))
+             or (r["method"] == "PATCH" and r["path"] == f"/api/v1/nodes/{MACHINE_NAME}")]
+    assert asked[:2] == ["event", "cordon"], asked
+
+
 def test_a_kubelet_that_does_not_come_ready_is_switched_back(joined):
     emu = joined.emu
     joined.env["FAKE_KUBELET_FAIL_VERSIONS"] = "1.30.5"
@@ -119,6 +142,8 @@ def test_a_kubelet_that_does_not_come_ready_is_switched_back(joined):
     record = upgrade_record(joined)
     assert record["phase"] == "failed" and record["to"] == "1.30.5" and "was not Ready" in record["why"]
     assert json.loads(joined.read(LEDGER))["owed"] == [], "the restarts were paid"
+    assert [e["reason"] for e in flex_events(emu) if e["action"] == "Upgrade"] == \
+        ["KubeletUpgradeStarted", "KubeletUpgradeRolledBack"]
     shown = joined.cli("status", check=True).stdout
     assert "kubelet: 1.30.4; the upgrade to 1.30.5 failed: kubelet 1.30.5 was not Ready" in shown, shown
     status = json.loads(joined.cli("status", "--json", check=True).stdout)
