@@ -171,6 +171,7 @@ def _remove_run_state(host, ledger):
     ledger goes once nothing is left in it to undo."""
     host.remove(paths.TOKEN_CACHE)
     host.remove(paths.TOKEN_LOCK)
+    host.remove(paths.NODE_REPORT_RECORD)  # health/report_record.py: a new join reports to a new Node
     for obligation in ledger.obligations():  # the units they were for are gone
         ledger.settle(obligation.kind, obligation.unit)
     for leftover in host.remove_tree(paths.RUN_DIR):

@@ -29,6 +29,8 @@ PENDING = STATE_DIR + "/join-pending"
 TOKEN_CACHE = STATE_DIR + "/token-cache.json"
 # What the metrics count across runs (health/metrics.py): repairs by phase, each operation's last run.
 METRICS_RECORD = STATE_DIR + "/metrics.json"
+# What health/node_report.py last sent to the Node (a digest and when): a pass with nothing new sends nothing.
+NODE_REPORT_RECORD = STATE_DIR + "/node-report.json"
 # The token cache's single-flight lock (token.py): one cold call mints, the others wait.
 TOKEN_LOCK = TOKEN_CACHE + ".lock"
 # Root-only scratch space: azcmagent's 0600 connect file lives here while it runs.

@@ -6,16 +6,20 @@ exactly this much: PATCH its own Node's status, create events
 
 Best effort and bounded: a failure is one warning with its code, never the run's failure;
 each request has SEND_TIMEOUT seconds; the configured proxy is used (http_policy).
+
+After a run, nothing is sent when the conditions are those last sent less than
+report_record.RESYNC seconds ago and the pass has no event (report_record.py: NPD's
+heartbeat): a converged node's agent pass costs the API server and HIMDS nothing.
 """
 
 import collections
 import datetime
 import logging
 
-from aks_flex_node import http_policy, kube
+from aks_flex_node import http_policy, kube, paths
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import FlexNodeError
-from aks_flex_node.health import conditions, events
+from aks_flex_node.health import conditions, events, report_record
 from aks_flex_node.steps import kubelet_auth
 
 log = logging.getLogger(__name__)
@@ -47,18 +51,37 @@ def send(client, node_name, summary, lifetimes, now):
     return sent
 
 
-def report(client_of, node_name, summary, lifetimes, now=None):
-    """`send`, best effort: True when sent, False when not (a warning says why).
-    `client_of()` builds the node's client; it may fail (no credential yet) or give None."""
+def report(client_of, node_name, summary, lifetimes, now=None, host=None):
+    """`send`, best effort: True when sent (or nothing new to send), False when not (a
+    warning says why). `client_of()` builds the node's client; it may fail (no credential
+    yet) or give None. With `host`, the record of the last send (report_record.py) decides
+    whether anything is sent, and a send is recorded."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
+    wanted_digest = None
+    if host is not None:
+        wanted = conditions.conditions_of(summary, lifetimes, now)
+        wanted_digest = report_record.digest(node_name, wanted)
+        # The Node as we last left it has `wanted` on it: the events a pass would send then.
+        quiet = not events.events_of(summary, wanted, wanted)
+        if quiet and report_record.already_sent(report_record.read(host), node_name, wanted_digest,
+                                                int(now.timestamp())):
+            log.debug("Node %r already has these conditions: nothing sent", node_name)
+            return True
     try:
         client = client_of()
         if client is None:
             return False
-        return send(client, node_name, summary, lifetimes, now) is not None
+        if send(client, node_name, summary, lifetimes, now) is None:
+            return False
     except FlexNodeError as err:
         log.warning("conditions and events not sent to Node %r (%s): %s", node_name, err.code, err.message)
         return False
+    if wanted_digest is not None:
+        try:
+            report_record.write(host, node_name, wanted_digest, now.timestamp())
+        except FlexNodeError as err:  # the next pass sends again: no harm but the cost
+            log.warning("%s not written (%s): %s", paths.NODE_REPORT_RECORD, err.code, err.message)
+    return True
 
 
 def report_upgrade_started(client_of, node, node_name, previous, target, now=None):
@@ -132,4 +155,4 @@ def after_run(host, cfg, summary, lifetimes, timestamp):
     if not isinstance(summary, dict) or summary.get("dry_run") or summary.get("operation") != "bootstrap":
         return False
     now = datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc)
-    return report(lambda: node_client(cfg, host), cfg.machine_name, summary, lifetimes, now)
+    return report(lambda: node_client(cfg, host), cfg.machine_name, summary, lifetimes, now, host=host)

@@ -18,9 +18,10 @@ import types
 import pytest
 import yaml
 
-from aks_flex_node import kube
+from aks_flex_node import kube, paths
 from aks_flex_node.health import conditions as hc
-from aks_flex_node.health import node_report
+from aks_flex_node.health import node_report, report_record
+from aks_flex_node.host import Host
 from tests.apiserver_fixtures import make_csr
 from tests.emulator import constants as C
 from tests.harness import MACHINE_NAME
@@ -201,3 +202,129 @@ def test_leaving_is_an_event_sent_before_the_credential_goes(node):
     node.cli("bootstrap", check=True)
     node.cli("unbootstrap", check=True)
     assert event_reasons(node.emu)[-1:] == ["NodeLeaving"]  # after NodeJoined where the hook sent it
+
+
+# -- a pass with nothing new sends nothing (health/report_record.py) -------------------------
+
+def state_root(tmp_path):
+    root = tmp_path / "root"
+    os.makedirs(root / "var/lib/aks-flex-node")
+    return Host(str(root))
+
+
+def sent_to(cluster):
+    """How many requests the API server stand-in has had."""
+    return len(cluster.emu.requests(server="apiserver"))
+
+
+def test_a_pass_with_nothing_new_sends_nothing_until_the_heartbeat_is_due(cluster, tmp_path):
+    host, client = state_root(tmp_path), cluster.node_client("n1")
+
+    def report(summary, at):
+        return node_report.report(lambda: client, "n1", summary, EXPIRING, at, host=host)
+
+    assert report(SUCCEEDED, NOW) is True
+    assert [e["reason"] for e in cluster.events("n1")] == ["NodeJoined"]
+    before = sent_to(cluster)
+    assert report(SUCCEEDED, NOW + datetime.timedelta(minutes=1)) is True
+    assert sent_to(cluster) == before, "the same conditions, no event: nothing sent"
+
+    # A condition that changed is sent at once, and so is its recovery.
+    assert report(ROLLED_BACK, NOW + datetime.timedelta(minutes=2)) is True
+    assert by_type(cluster.node("n1"))[hc.PASS_FAILED]["status"] == "True"
+    assert report(SUCCEEDED, NOW + datetime.timedelta(minutes=3)) is True
+    assert by_type(cluster.node("n1"))[hc.PASS_FAILED]["status"] == "False"
+    before = sent_to(cluster)
+    assert report(SUCCEEDED, NOW + datetime.timedelta(minutes=7)) is True
+    assert sent_to(cluster) == before
+
+    # The heartbeat period after the last send: sent again, lastHeartbeatTime moves,
+    # lastTransitionTime does not.
+    due = NOW + datetime.timedelta(minutes=3) + datetime.timedelta(seconds=report_record.RESYNC)
+    assert report(SUCCEEDED, due) is True
+    assert sent_to(cluster) > before
+    again = by_type(cluster.node("n1"))[hc.PASS_FAILED]
+    assert (again["lastHeartbeatTime"], again["lastTransitionTime"]) == ("2026-11-27T18:08:00Z", "2026-11-27T18:03:00Z")
+    assert [e["reason"] for e in cluster.events("n1")] == ["NodeJoined", "KubeletUpgradeRolledBack", "PassRecovered"]
+
+
+def test_a_send_that_failed_is_sent_again_on_the_next_pass(cluster, tmp_path):
+    host = state_root(tmp_path)
+    down = kube.KubeClient("https://127.0.0.1:9", cluster.ca_pem, client_cert=None, timeout=5)
+    assert node_report.report(lambda: down, "n1", SUCCEEDED, None, NOW, host=host) is False
+    assert not os.path.exists(host.path(paths.NODE_REPORT_RECORD))
+    client = cluster.node_client("n1")
+    assert node_report.report(lambda: client, "n1", SUCCEEDED, None, NOW + datetime.timedelta(minutes=1),
+                              host=host) is True
+    assert by_type(cluster.node("n1"))[hc.PASS_FAILED]["status"] == "False"
+
+
+def _garbage(path):
+    with open(path, "wb") as f:
+        f.write(b"\x1b]0;owned\x07{not json")
+
+
+def _wrong_types(path):
+    with open(path, "w") as f:
+        json.dump({"node": "n1", "digest": "0" * 64, "sent": "soon"}, f)
+
+
+def _from_the_future(path):  # the clock went back, or a record written to never expire
+    data = json.loads(open(path).read())
+    with open(path, "w") as f:
+        json.dump(dict(data, sent=data["sent"] + 10 ** 9), f)
+
+
+def _another_node(path):
+    data = json.loads(open(path).read())
+    with open(path, "w") as f:
+        json.dump(dict(data, node="n2"), f)
+
+
+def _symlink(path):  # a link to a record that would be trusted: never followed
+    os.rename(path, path + ".real")
+    os.symlink(path + ".real", path)
+
+
+def _fifo(path):  # a reader that waited on it would hold the pass
+    os.remove(path)
+    os.mkfifo(path)
+
+
+def _huge(path):
+    data = open(path).read()
+    with open(path, "w") as f:
+        f.write(data.rstrip("}\n") + ', "pad": "' + "x" * report_record.MAX_RECORD + '"}')
+
+
+@pytest.mark.parametrize("spoil", [_garbage, _wrong_types, _from_the_future, _another_node, _symlink, _fifo, _huge],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_a_record_that_cannot_be_trusted_means_the_report_is_sent(cluster, tmp_path, spoil):
+    host, client = state_root(tmp_path), cluster.node_client("n1")
+    assert node_report.report(lambda: client, "n1", SUCCEEDED, None, NOW, host=host) is True
+    record = host.path(paths.NODE_REPORT_RECORD)
+    spoil(str(record))
+    before = sent_to(cluster)
+    assert node_report.report(lambda: client, "n1", SUCCEEDED, None, NOW + datetime.timedelta(minutes=1),
+                              host=host) is True
+    assert sent_to(cluster) > before
+    # Replaced by a record this release wrote (a link replaced, not followed).
+    assert os.path.isfile(record) and not os.path.islink(record)
+    assert json.loads(open(record).read())["sent"] == int((NOW + datetime.timedelta(minutes=1)).timestamp())
+
+
+def test_a_converged_pass_sends_nothing_and_unbootstrap_forgets_the_record(node):
+    node.emu.settings(rbac_propagation_delay=0)
+    node.cli("bootstrap", check=True)
+    record = node.path(paths.NODE_REPORT_RECORD)
+    assert oct(os.stat(record).st_mode & 0o777) == "0o600"
+    node.emu.admin("DELETE", "requests")
+    node.cli("bootstrap", check=True)
+    # Ours, not the kubelet stand-in's status updates.
+    reports = [(r["method"], r["path"]) for r in node.emu.requests(server="apiserver")
+               if not (r["user_agent"] or "").startswith("kubelet/")
+               and ((r["method"] == "PATCH" and r["path"] == f"/api/v1/nodes/{MACHINE_NAME}/status")
+                    or (r["method"] == "POST" and r["path"].endswith("/events")))]
+    assert reports == []
+    node.cli("unbootstrap", check=True)
+    assert not os.path.lexists(record)
