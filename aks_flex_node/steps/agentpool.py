@@ -99,7 +99,7 @@ class JoinFactsStep(Step):
         token = cfg.bootstrap_token()
         if token:
             data.bootstrap_token = token
-            if token_needed(ctx.host):
+            if token_needed(ctx.host, data.ca_pem):
                 _require_accepted(ctx, token)
         values = overlay(cfg, data.pool_values)
         effective = cfg.overlaid(values, ORIGIN_POOL)  # a pool value we cannot use fails here, naming it
@@ -124,7 +124,9 @@ def _pool_facts(ctx):
             raise TemporaryError("no bootstrap data recorded yet: a full run reads it",
                                  remedy="aks-flex-node bootstrap")
         _configured_server(cfg, data)
-        if token_needed(ctx.host) and not cfg.is_set("bootstrap_token_file"):
+        if not ctx.local_only and _ca_rotated(ctx):
+            fetch = True  # the pool's bootstrap data carries the cluster's new CA (and a token)
+        elif token_needed(ctx.host, data.ca_pem) and not cfg.is_set("bootstrap_token_file"):
             data.bootstrap_token = _reusable_token(ctx)
             if data.bootstrap_token is None and ctx.local_only:
                 # The agent's next pass after a failure is a full one (agent.py): it asks.
@@ -140,6 +142,23 @@ def _pool_facts(ctx):
     data.bootstrap_token = fetched.token
     _configured_server(cfg, data)
     return f"pool {cfg.agent_pool} of {cfg.cluster.name} (listBootstrapData)"
+
+
+def _ca_rotated(ctx):
+    """Whether the API server's certificate is no longer vouched for by the CA the last full
+    run recorded, which came from the pool (not from the operator's cluster_ca_file): after
+    `az aks rotate-certs` the cluster has a new CA (Learn, "Certificate rotation in Azure
+    Kubernetes Service (AKS)") and the pool's bootstrap data has it. One GET /readyz per full
+    pass; an unreachable server is not a rotation (the credentials phase says what it is)."""
+    if ctx.operator_config.is_set("cluster_ca_file"):
+        return False
+    try:
+        kube.readyz(ctx.data.server, ctx.data.ca_pem, policy=ctx.http_policy)
+    except kube.KubeError as err:
+        return err.code == "apiserver-tls-untrusted"
+    except TemporaryError:
+        return False
+    return False
 
 
 def _configured_server(cfg, data):

@@ -23,7 +23,7 @@ import time
 from aks_flex_node import kube
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import FlexNodeError, TemporaryError
-from aks_flex_node.steps import tracked
+from aks_flex_node.steps import cluster_ca, tracked
 from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import (
     BOOTSTRAP_KUBECONFIG, CA_PATH, CERT_DIR, KUBECONFIG, KUBELET_CLIENT_CERT, restart_kubelet)
@@ -111,12 +111,33 @@ def client_cert_expiry(host):
     return expiry
 
 
-def token_needed(host):
+def client_cert_stale(host, ca_pem):
+    """Whether the kubelet holds a client certificate that the cluster CA `ca_pem` did not
+    sign: the cluster's certificates were rotated under it (steps/cluster_ca.py). False
+    when there is no certificate or no CA to judge by."""
+    if not ca_pem:
+        return False
+    return cluster_ca.signed_by_any(host.read_bytes(KUBELET_CLIENT_CERT), ca_pem) is False
+
+
+def token_needed(host, ca_pem=None):
     """Whether the kubelet needs a bootstrap token: it has no client certificate that
-    will last until it renews it itself."""
+    will last until it renews it itself, or one the cluster CA `ca_pem` (when known) did
+    not sign."""
     expiry = client_cert_expiry(host)
     now = datetime.datetime.now(datetime.timezone.utc)
-    return expiry is None or (expiry - now).total_seconds() < CERT_MARGIN
+    return expiry is None or (expiry - now).total_seconds() < CERT_MARGIN or client_cert_stale(host, ca_pem)
+
+
+def _forget_kubelet_credential(ctx):
+    """The kubelet's own kubeconfig and the link to its current certificate: with neither,
+    it bootstraps again (pkg/kubelet/certificate/bootstrap/bootstrap.go LoadClientCert uses a
+    still-valid kubeconfig, else a still-valid kubelet-client-current.pem, before it asks for
+    a new certificate). The kubelet's older certificate files stay, as its store keeps them.
+    An Arc-mode kubeconfig of ours goes through the ledger instead (plan_files)."""
+    if not ctx.ledger.has(Kind.FILE, KUBECONFIG):
+        ctx.host.remove(KUBECONFIG)
+    ctx.host.remove(KUBELET_CLIENT_CERT)
 
 
 def node_token(ctx):
@@ -202,7 +223,12 @@ class TlsBootstrap:
             # instead of bootstrapping.
             plan.add(f"remove {KUBECONFIG}", "the Arc mode's kubeconfig; this mode joins by TLS bootstrap",
                      lambda: tracked.forget_file(ctx, KUBECONFIG), owes=restart_kubelet(KUBECONFIG))
-        if not token_needed(ctx.host):
+        if client_cert_stale(ctx.host, data.ca_pem):
+            plan.add(f"remove the kubelet's {KUBECONFIG} and {KUBELET_CLIENT_CERT}",
+                     "its client certificate is not signed by the cluster's CA (the cluster's certificates "
+                     "were rotated): it joins again by TLS bootstrap",
+                     lambda: _forget_kubelet_credential(ctx), owes=restart_kubelet(KUBELET_CLIENT_CERT))
+        if not token_needed(ctx.host, data.ca_pem):
             return  # the kubelet has a good certificate and renews it: no token is needed
         if data.bootstrap_token is None:
             plan.add_unknown(f"the kubelet's bootstrap token ({BOOTSTRAP_KUBECONFIG})",

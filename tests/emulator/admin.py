@@ -36,7 +36,7 @@ DELETE /throttling     refill every bucket and clear the ledger (figures unchang
 
 
 from tests.emulator import clock, constants as c
-from tests.emulator import agentpools, faults, kube_pods, profiles, throttling
+from tests.emulator import agentpools, cluster_pki, faults, kube_pods, profiles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
 
@@ -63,7 +63,9 @@ def snapshot(app):
             by_source[t["source"]] = by_source.get(t["source"], 0) + 1
         clusters = []
         for cl in d["clusters"].values():
-            info = {k: v for k, v in cl.items() if k != "admin"}
+            info = {k: v for k, v in cl.items() if k not in ("admin", "pki")}  # no keys shown
+            info["ca"] = cluster_pki.ca_pem_of(app, cl).decode()
+            info["certificate_rotations"] = cluster_pki.rotation_of(cl)
             info["apiserver"] = app.apiserver_url(cl["id"])
             info["nodes"] = sorted(d["nodes"].get(cl["id"].lower(), {}))
             clusters.append(info)

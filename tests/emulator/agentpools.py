@@ -34,7 +34,7 @@ import string
 import urllib.parse
 import uuid
 
-from tests.emulator import arm, clock
+from tests.emulator import arm, clock, cluster_pki
 from tests.emulator import constants as c
 from tests.emulator.httpbase import Response
 from tests.emulator.state import iso
@@ -320,7 +320,7 @@ def _list_bootstrap_data(app, req, caller, cl, pool):
             "labels": dict(pool["labels"]),
             "taints": list(pool["taints"]),
             "kubelet": {"clusterFQDN": cluster_fqdn(app, cl),
-                        "caCertData": base64.b64encode(app.ca_pem).decode()},
+                        "caCertData": base64.b64encode(cluster_pki.ca_pem_of(app, cl)).decode()},
         },
     })
 

@@ -52,7 +52,7 @@ import uuid
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.emulator import clock, kubeauth
+from tests.emulator import clock, cluster_pki, kubeauth
 from tests.emulator.httpbase import Response
 from tests.emulator.kubeauth import status
 from tests.emulator.state import iso_seconds
@@ -328,7 +328,7 @@ def reconcile(app, cl, csrs):
     for csr in csrs:
         if app.state.settings.get(AUTO_APPROVE_SETTING, AUTO_APPROVE_DEFAULT):
             _approve(app, cl, csr)
-        _sign(app, csr)
+        _sign(app, cl, csr)
 
 
 def _approve(app, cl, csr):
@@ -355,8 +355,8 @@ def _approve(app, cl, csr):
             return
 
 
-def _sign(app, csr):
-    """signer.handle for the two client signers."""
+def _sign(app, cl, csr):
+    """signer.handle for the two client signers, with the cluster's CA as it is now (cluster_pki.py)."""
     spec = csr["spec"]
     if (csr["status"].get("certificate") or not _condition(csr, "Approved") or _condition(csr, "Failed")
             or spec["signerName"] not in (KUBELET_CLIENT_SIGNER, CLIENT_SIGNER)):
@@ -370,7 +370,7 @@ def _sign(app, csr):
         _add_condition(csr, "Failed", "SignerValidationFailure", problem)
     else:
         lifetime = signing_duration(app.state.settings, spec.get("expirationSeconds"))
-        pem = app.ca.sign_csr(request, now=clock.now(), lifetime=lifetime,
+        pem = cluster_pki.ca_of(app, cl).sign_csr(request, now=clock.now(), lifetime=lifetime,
                               key_usages={_KEY_USAGES[u] for u in spec["usages"] if u in _KEY_USAGES},
                               extended_usages=[_EXT_USAGES[u] for u in spec["usages"] if u in _EXT_USAGES],
                               backdate=_BACKDATE if lifetime >= _SHORT else datetime.timedelta(0))

@@ -1,10 +1,10 @@
-"""Microsoft.ContainerService/managedClusters: GET and the two credential listings
-(agentPools/... are agentpools.py's).
+"""Microsoft.ContainerService/managedClusters: GET, the two credential listings and
+rotateClusterCertificates (cluster_pki.py) (agentPools/... are agentpools.py's).
 
 Bodies follow ManagedClustersGet.json and ManagedClustersListClusterAdminCredentials.json
 (2026-08-01). A credential `value` is a base64 kubeconfig (`format: byte` in the spec's
 CredentialResult) whose server is this cluster's kube-apiserver stand-in and whose CA is the
-emulator CA. The user
+cluster's (the emulator CA until a rotation). The user
 credential carries an exec/kubelogin user and no secret; the admin one a client certificate.
 """
 
@@ -12,7 +12,7 @@ import base64
 import json
 import secrets
 
-from tests.emulator import agentpools, arm, clock
+from tests.emulator import agentpools, arm, clock, cluster_pki
 from tests.emulator import constants as c
 from tests.emulator.httpbase import Response
 
@@ -121,7 +121,7 @@ def _head(cl, server, ca_pem, user):
 def _admin_identity(app, cl):
     """The cluster's admin client certificate and static token, minted once and kept."""
     if "admin" not in cl:
-        cert_pem, key_pem = app.ca.issue("masterclient", org="system:masters", client=True)
+        cert_pem, key_pem = cluster_pki.ca_of(app, cl).issue("masterclient", org="system:masters", client=True)
         cl["admin"] = {"cert": cert_pem.decode(), "key": key_pem.decode(), "token": secrets.token_hex(32)}
         app.state.mark_dirty()
     return cl["admin"]
@@ -138,10 +138,13 @@ def handle(app, req, caller, sub, rg, rest):
     cl = state.cluster(cid)
     if len(rest) >= 2 and rest[1].lower() == "agentpools":
         return agentpools.handle(app, req, caller, rg, cid, cl, rest[2:])
+    if len(rest) == 3 and rest[1].lower() == "rotateclustercertificates" and rest[2].lower() == "done":
+        return Response.empty(204)  # the rotation's Location monitor: it is done
     action = {1: "read"}.get(len(rest))
     if len(rest) == 2:
         action = {"listclusterusercredential": "listClusterUserCredential/action",
-                  "listclusteradmincredential": "listClusterAdminCredential/action"}.get(rest[1].lower())
+                  "listclusteradmincredential": "listClusterAdminCredential/action",
+                  "rotateclustercertificates": "rotateClusterCertificates/action"}.get(rest[1].lower())
     if action is None:
         arm.fail(404, "NotFound", f"No HTTP resource was found that matches the request URI '{req.path}'.")
     expected_method = "GET" if action == "read" else "POST"
@@ -154,9 +157,15 @@ def handle(app, req, caller, sub, rg, rest):
                  "For more details please go to https://aka.ms/ARMResourceNotFoundFix")
     if action == "read":
         return Response.json(200, render(state, cl))
+    if action.startswith("rotate"):
+        # ManagedClusters_RotateClusterCertificates: an LRO done when it answers (cluster_pki.py);
+        # the Location monitor answers 204 (done), as Learn's async-operations page describes.
+        cluster_pki.rotate(app, cl)
+        return Response.empty(202, {"Location": f"{arm.base_url(req)}{req.path}/done?api-version={req.q('api-version')}",
+                                   "Retry-After": "0"})
     server = app.apiserver_url(cl["id"])
     if action.startswith("listClusterUser"):
-        text = user_kubeconfig(cl, server, app.ca_pem)
+        text = user_kubeconfig(cl, server, cluster_pki.ca_pem_of(app, cl))
         name = "clusterUser"
     else:
         if not cl["local_accounts"]:
@@ -164,7 +173,7 @@ def handle(app, req, caller, sub, rg, rest):
             arm.fail(400, "BadRequest", "Getting static credential is not allowed because this cluster is set to "
                                         "disable local accounts.")
         admin = _admin_identity(app, cl)
-        text = admin_kubeconfig(cl, server, app.ca_pem, admin["cert"].encode(), admin["key"].encode(), admin["token"])
+        text = admin_kubeconfig(cl, server, cluster_pki.ca_pem_of(app, cl), admin["cert"].encode(), admin["key"].encode(), admin["token"])
         name = "clusterAdmin"
     cl.setdefault("credential_listings", []).append({"kind": name, "by": caller.principal_id, "at": clock.now()})
     state.mark_dirty()

@@ -28,7 +28,7 @@ def normalize_path(path):
 
 
 class Request:
-    def __init__(self, method, target, headers, body, peer_subject=None, peer_validity=None):
+    def __init__(self, method, target, headers, body, peer_subject=None, peer_validity=None, peer_issuer=None):
         split = urllib.parse.urlsplit(target)
         self.method = method.upper()
         self.target = target
@@ -47,6 +47,8 @@ class Request:
         # The client certificate's (notBefore, notAfter), seconds since the epoch, or None:
         # judged by kubeauth on the emulator's clock (the handshake does not check dates).
         self.peer_validity = peer_validity
+        # The client certificate's issuer (its RDNs, as peer_subject): which CA signed it.
+        self.peer_issuer = peer_issuer or {}
         self.kind = None  # set by the router: arm, entra, artifacts, admin, himds, apiserver
 
     def q(self, name, default=None):
@@ -125,16 +127,19 @@ class RequestHandler(BaseHTTPRequestHandler):
         return super().date_time_string(timestamp)
 
     def _dispatch(self):
-        peer, validity = {}, None
+        peer, validity, issuer = {}, None, {}
         if isinstance(self.connection, ssl.SSLSocket):
             cert = self.connection.getpeercert()
             if cert:
                 for rdn in cert.get("subject", ()):
                     for key, value in rdn:
                         peer.setdefault(key, []).append(value)
+                for rdn in cert.get("issuer", ()):
+                    for key, value in rdn:
+                        issuer.setdefault(key, []).append(value)
                 validity = (ssl.cert_time_to_seconds(cert["notBefore"]),
                             ssl.cert_time_to_seconds(cert["notAfter"]))
-        request = Request(self.command, self.path, self.headers, self._read_body(), peer, validity)
+        request = Request(self.command, self.path, self.headers, self._read_body(), peer, validity, issuer)
         response = self.server.app.handle(self.server, request)
         if response is DROP:
             self.close_connection = True
@@ -210,7 +215,10 @@ class EmulatorServer(ThreadingHTTPServer):
             return super().finish_request(request, client_address)
         try:
             request.settimeout(10)
-            tls = self.ssl_context.wrap_socket(request, server_side=True)
+            # A callable gives the context as it is now (an apiserver's after a certificate
+            # rotation: cluster_pki.py).
+            context = self.ssl_context() if callable(self.ssl_context) else self.ssl_context
+            tls = context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as e:
             self.app.log(f"{self.kind} TLS handshake with {client_address[0]} failed: {e}")
             return

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 
-from tests.emulator import (admin, apiserver, arm, artifacts, constants, entra, faults, himds,
+from tests.emulator import (admin, apiserver, arm, artifacts, cluster_pki, constants, entra, faults, himds,
                             profiles, state as state_mod, throttling, tls)
 from tests.emulator.httpbase import DROP, EmulatorServer, HttpError, Response
 
@@ -97,7 +97,8 @@ class App:
                 port = self.port_base + 2 + len(self.apiservers)
             else:
                 port = ports.get(key, 0) if resume else 0
-            server = self._listen(port, "apiserver", self.apiserver_tls, cluster_id=cluster_id,
+            server = self._listen(port, "apiserver", lambda: cluster_pki.apiserver_context(self, cluster_id),
+                                  cluster_id=cluster_id,
                                   fallback=not self.port_base)
             self.apiservers[key] = server
             ports[key] = server.port

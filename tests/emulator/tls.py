@@ -48,7 +48,7 @@ def _write_private(path, data):
         f.write(data)
 
 
-def _key_pem(key):
+def key_pem(key):
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -110,7 +110,7 @@ class CertificateAuthority:
         usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
         builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
-        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+        return cert.public_bytes(serialization.Encoding.PEM), key_pem(key)
 
     def sign_csr(self, csr, *, now, lifetime, key_usages, extended_usages, backdate=datetime.timedelta(0)):
         """Sign a PKCS#10 request (a cryptography CertificateSigningRequest whose signature the
@@ -151,10 +151,11 @@ class CertificateAuthority:
         return builder.sign(self.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
 
-def _new_ca():
+def new_ca(common_name="aks-flex-node test emulator CA"):
+    """A new self-signed CA (a cluster's after a rotation has a name of its own: cluster_pki.py)."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
-    subject = _name("aks-flex-node test emulator CA")
+    subject = _name(common_name)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -196,16 +197,16 @@ def ensure_pki(state_dir):
             serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None),
         )
     else:
-        ca = _new_ca()
-        _write_private(ca_key_path, _key_pem(ca.key))
+        ca = new_ca()
+        _write_private(ca_key_path, key_pem(ca.key))
         ca_path.write_bytes(ca.pem)
         ca_path.chmod(0o644)
         cert_path.unlink(missing_ok=True)
     if not (cert_path.exists() and key_path.exists()):
         # login.microsoftonline.com: the public authority's name, which the suite routes here on an
         # azure-identity that accepts only Entra ID's own hosts (tests/sitehook/emulator_routes.py).
-        cert_pem, key_pem = ca.issue("127.0.0.1", server_names=("127.0.0.1", "localhost", "::1",
-                                                                "login.microsoftonline.com"))
-        _write_private(key_path, key_pem)
+        cert_pem, server_key = ca.issue("127.0.0.1", server_names=("127.0.0.1", "localhost", "::1",
+                                                                   "login.microsoftonline.com"))
+        _write_private(key_path, server_key)
         cert_path.write_bytes(cert_pem)
     return ca, {"ca": str(ca_path), "cert": str(cert_path), "key": str(key_path)}

@@ -244,6 +244,14 @@ def check_cluster_api(ctx):
     # The CA's real path is handed to ssl, which opens it itself.
     failure = reachability.reachable(server.rstrip("/") + "/readyz", ctx.http_policy,
                                      cafile=ctx.host.path(ca_file) if ctx.host.exists(ca_file) else None)
+    if failure and failure.untrusted and ctx.mode.asks_azure and not cfg.is_set("cluster_ca_file"):
+        # The CA is the one a past full pass read from Azure: after `az aks rotate-certs` it is
+        # the old one (Learn, "Certificate rotation in AKS"). The credentials phase reads it
+        # again and the kubelet's phase repairs it (steps/kubelet_auth.py): not a preflight error.
+        return Finding(WARNING, f"the cluster's API server {server} presents a certificate the CA on this node "
+                                f"does not verify ({failure.why}): were the cluster's certificates rotated?",
+                       "nothing, on a full pass: the cluster's CA is read again from Azure and the kubelet's "
+                       "credentials renewed (docs/operations.md, CA rotation)")
     if failure:
         return _unreachable(f"the cluster's API server {server}", failure,
                             "check the firewall and proxy settings")

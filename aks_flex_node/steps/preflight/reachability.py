@@ -18,6 +18,9 @@ RETRY_PAUSE = 1.0
 class Unreachable:
     why: str
     transient: bool
+    # It answered, with a certificate the CA we hold does not vouch for (a CA we stored may
+    # be stale: the cluster's certificates rotated).
+    untrusted: bool = False
 
 
 def is_transient(reason):
@@ -55,9 +58,10 @@ def _probe(url, policy, cafile, timeout):
     except urllib.error.HTTPError:
         return None  # an answer, whatever its status
     except urllib.error.URLError as exc:
-        return Unreachable(_why(exc.reason, policy, cafile), is_transient(exc.reason))
+        return Unreachable(_why(exc.reason, policy, cafile), is_transient(exc.reason),
+                           isinstance(exc.reason, ssl.SSLCertVerificationError))
     except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
-        return Unreachable(_why(exc, policy, cafile), is_transient(exc))
+        return Unreachable(_why(exc, policy, cafile), is_transient(exc), isinstance(exc, ssl.SSLCertVerificationError))
     return None
 
 
