@@ -21,6 +21,7 @@ after our patch (health/conditions.py) decide what happened:
 
 import datetime
 import re
+import time
 
 from aks_flex_node.health import conditions as cond
 
@@ -104,7 +105,8 @@ _UID = re.compile(r"[0-9A-Za-z-]{1,64}", re.ASCII)
 def event_body(node, event, now, seq=0, name=None):
     """The events.k8s.io/v1 Event for `event` regarding the Node object `node` (as read from
     the API server), whose name is `name` (the one we asked for; the answer's when None);
-    `seq` tells apart the names of events made at the same `now`."""
+    `seq` keeps apart the names of the events of one pass (on a coarse clock they may share
+    a nanosecond)."""
     meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
     name = name if name is not None else meta.get("name")
     uid = meta.get("uid")
@@ -112,7 +114,10 @@ def event_body(node, event, now, seq=0, name=None):
     note = event.note if len(event.note.encode()) <= NOTE_LIMIT else event.note.encode()[:NOTE_LIMIT - 3].decode(
         "utf-8", "ignore") + "..."
     return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": f"{name}.{int(now.timestamp() * 1e9) + seq:x}", "namespace": NAMESPACE},
+            # Named by the moment it is made, as client-go names one (tools/events/event_recorder.go:
+            # "%v.%x", the name and UnixNano()), not by `now`: a pass's time is whole seconds, and
+            # two passes ending in one second would make the second event's name taken (409).
+            "metadata": {"name": f"{name}.{time.time_ns() + seq:x}", "namespace": NAMESPACE},
             "eventTime": _micro(now), "reportingController": CONTROLLER, "reportingInstance": name,
             "action": event.action, "reason": event.reason, "type": event.type, "note": note,
             "regarding": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid, "namespace": ""}}

@@ -73,6 +73,15 @@ def _heartbeats(emu, since):
             if r["path"] == HEARTBEAT and r["time"] > since]
 
 
+def _client_cert_issuer(node):
+    """Who signed the kubelet's current client certificate; None while it has none (between
+    the removal of the old one and the end of its TLS bootstrap)."""
+    try:
+        return x509.load_pem_x509_certificate(node.read(CLIENT_CERT)).issuer
+    except (OSError, ValueError):
+        return None
+
+
 def _kubelet_status(node):
     with open(os.path.join(node.state_dir, "kubelet-status.json")) as f:
         return json.load(f)
@@ -144,12 +153,12 @@ def test_a_ca_rotation_leaves_a_pool_node_ready_after_one_agent_pass(pool_node):
     assert node.read(CA_PATH) == new_ca
     bootstrap = json.loads(node.read("/var/lib/kubelet/bootstrap-kubeconfig"))
     assert base64.b64decode(bootstrap["clusters"][0]["cluster"]["certificate-authority-data"]) == new_ca
-    assert x509.load_pem_x509_certificate(node.read(CLIENT_CERT)).issuer == _subject(new_ca)
+    assert _client_cert_issuer(node) == _subject(new_ca)
     repaired = _last_request_time(emu)
     assert wait_for(lambda: 200 in _heartbeats(emu, repaired), 60), _heartbeats(emu, repaired)
     assert wait_for(lambda: _kubelet_status(node).get("cert_serial") not in (None, serial), 30)
     assert _ready(emu)
-    assert "DriftRepaired" in _event_reasons(emu)
+    assert "DriftRepaired" in _event_reasons(emu), proc.stderr
 
     # Converged: the next pass changes nothing.
     proc, summary = node.cli_json("bootstrap")
@@ -171,4 +180,27 @@ def test_a_ca_rotation_leaves_an_arc_node_ready_after_one_agent_pass(node):
     repaired = _last_request_time(emu)
     assert wait_for(lambda: 200 in _heartbeats(emu, repaired), 60), _heartbeats(emu, repaired)
     assert _ready(emu)
-    assert "DriftRepaired" in _event_reasons(emu)
+    assert "DriftRepaired" in _event_reasons(emu), proc.stderr
+
+
+def test_the_running_agent_repairs_a_rotation_without_waiting_for_its_cloud_interval(pool_node):
+    """A local pass cannot read the new CA (it asks Azure nothing), but it must not pass over
+    a kubelet that lost the API server: it fails, and the full pass after a failure repairs."""
+    from tests.agent_fixtures import start_agent, status
+
+    node, emu = pool_node, pool_node.emu
+    node.cli("bootstrap", check=True)
+    agent = start_agent(node, "--interval", "1", "--cloud-interval", "3600")
+    try:
+        assert wait_for(lambda: status(node).get("pass") == "local" and status(node).get("state") == "succeeded",
+                        60), status(node)
+        new_ca = _rotate(emu)
+        assert wait_for(lambda: node.read(CA_PATH) == new_ca and status(node).get("state") == "succeeded", 120), \
+            status(node)
+        assert wait_for(lambda: _client_cert_issuer(node) == _subject(new_ca), 60)
+        repaired = _last_request_time(emu)
+        assert wait_for(lambda: 200 in _heartbeats(emu, repaired), 60), _heartbeats(emu, repaired)
+    finally:
+        agent.terminate()
+        _out, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err

@@ -136,6 +136,17 @@ def test_event_body_follows_the_kubelets_conventions():
     assert len(he.event_body(node, long, NOW)["note"].encode()) <= he.NOTE_LIMIT
 
 
+def test_events_of_two_passes_in_one_second_have_names_of_their_own():
+    """A pass's time is whole seconds (status.json's `finished`): a bootstrap and the agent's
+    pass after it can end in the same second. Their events must not share a name (the second
+    would be refused, 409 AlreadyExists, and lost); client-go names an event by the moment it
+    is made, in nanoseconds (tools/events/event_recorder.go)."""
+    node = {"metadata": {"name": "n1", "uid": "u-1"}}
+    first = he.event_body(node, he.leave_event(), NOW, seq=0, name="n1")["metadata"]["name"]
+    second = he.event_body(node, he.leave_event(), NOW, seq=0, name="n1")["metadata"]["name"]
+    assert first != second
+
+
 @pytest.mark.parametrize("hostile", [{"a": 1}, "\x1b[2J", "x" * 100000, 17, "2026-11-01"])
 def test_a_transition_time_that_is_not_a_time_is_not_sent_back(hostile):
     """The Node's current conditions come from the API server: a lastTransitionTime that is not
