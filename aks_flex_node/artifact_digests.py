@@ -3,7 +3,7 @@ operator's pins in the same form.
 
 Whoever serves an archive must not also say what it should hash to: a mirror (or a release
 page) that controls both controls what we install. So the digest of every artifact version we
-support ships inside this package (aks_flex_node/data/artifact-digests.txt), covered by our APT
+support ships inside this package (aks_flex_node/data/artifact-digests), covered by our APT
 repository's signature as pkgs.k8s.io's Release signature covers its packages, and an operator
 with their own builds lists theirs in a file of the same form (artifact_digests_file,
 docs/configuration.md). A version neither names is refused: there is nothing to check it
@@ -31,7 +31,7 @@ from aks_flex_node.errors import FlexNodeError
 ARTIFACTS = ("kubernetes", "containerd", "runc", "cni")
 ARCHES = ("amd64", "arm64")
 ALGORITHMS = {"sha256": 64, "sha512": 128}  # name -> length of its hex digest
-SHIPPED = "data/artifact-digests.txt"
+SHIPPED = "data/artifact-digests"
 # A release version as the projects tag them, without the "v": 2.0.4, 1.31.0-rc.1.
 _VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}(?:-[0-9A-Za-z.-]{1,40})?", re.ASCII)
 _HEX = re.compile(r"[0-9a-f]+", re.ASCII)

@@ -1,6 +1,6 @@
 """The emulator's artifact digests, pinned the way an operator pins their own builds.
 
-The shipped table (aks_flex_node/data/artifact-digests.txt) holds the real releases' digests;
+The shipped table (aks_flex_node/data/artifact-digests) holds the real releases' digests;
 the emulator (tests/emulator/artifacts.py) serves deterministic stand-ins under real version
 numbers, which match none of them. So every test configuration names a digest file
 (artifact_digests_file) listing the stand-ins' digests, as an operator's config names the

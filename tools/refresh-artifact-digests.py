@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Regenerate aks_flex_node/data/artifact-digests.txt from the upstream sources, with each
+"""Regenerate aks_flex_node/data/artifact-digests from the upstream sources, with each
 release (docs/configuration.md, "Artifact digests").
 
     tools/refresh-artifact-digests.py --kubespray CHECKSUMS_YML --changelog CHANGELOG-1.33.md ... \
-        [--source-note TEXT ...] > aks_flex_node/data/artifact-digests.txt
+        [--source-note TEXT ...] > aks_flex_node/data/artifact-digests
 
 Each argument is a local file or an https URL:
 - --kubespray: kubernetes-sigs/kubespray roles/kubespray_defaults/vars/main/checksums.yml. Its

@@ -85,7 +85,7 @@ def test_files_and_modes(built_deb, repo):
         "/usr/lib/python3/dist-packages/aks_flex_node/configspec.ini": "-rw-r--r--",
         # The digests every artifact is checked against (artifact_digests.py): in the
         # package, so the APT repository's signature covers them.
-        "/usr/lib/python3/dist-packages/aks_flex_node/data/artifact-digests.txt": "-rw-r--r--",
+        "/usr/lib/python3/dist-packages/aks_flex_node/data/artifact-digests": "-rw-r--r--",
     }
     for path, mode in expected.items():
         assert path in files, f"{path} missing from the package"

@@ -1,5 +1,5 @@
 """Whoever controls the mirror does not control what we install (issue 26): every artifact
-is checked against a digest shipped in the package (aks_flex_node/data/artifact-digests.txt)
+is checked against a digest shipped in the package (aks_flex_node/data/artifact-digests)
 or pinned by the operator (artifact_digests_file), never against the mirror's `.sha256`.
 
 The emulator serves fake artifacts under real version numbers, so the test configs pin the

@@ -65,7 +65,7 @@ def test_upper_case_hex_is_read_as_lower_case_and_both_algorithms_parse():
 def test_the_operators_pin_comes_before_the_shipped_digest():
     pins = artifact_digests.parse(f"runc 1.1.12 amd64 sha256:{HEX256}\n", "pins")
     assert artifact_digests.trusted(pins, "runc", "1.1.12", "amd64").hex == HEX256
-    assert artifact_digests.trusted(pins, "runc", "1.1.12", "arm64").source.endswith("artifact-digests.txt")
+    assert artifact_digests.trusted(pins, "runc", "1.1.12", "arm64").source.endswith("artifact-digests")
     assert artifact_digests.trusted(None, "runc", "0.0.1", "amd64") is None
 
 
@@ -99,7 +99,7 @@ def test_the_config_answers_the_pin_then_the_shipped_digest_then_refuses(tmp_pat
     root = make_root(tmp_path)
     cfg = load(root, with_values(artifact_digests_file=_pins(root, f"runc 1.1.12 amd64 sha256:{HEX256}\n")))
     assert cfg.artifact_digest("runc", "1.1.12", "amd64").hex == HEX256
-    assert cfg.artifact_digest("containerd", "2.0.4", "amd64").source.endswith("artifact-digests.txt")
+    assert cfg.artifact_digest("containerd", "2.0.4", "amd64").source.endswith("artifact-digests")
     with pytest.raises(artifact_digests.ArtifactDigestUnknown) as excinfo:
         cfg.artifact_digest("runc", "0.0.1", "amd64")
     assert excinfo.value.code == "artifact-digest-unknown"
