@@ -14,11 +14,15 @@ known here, not the Debian revision, so "3.10" / "3.12" stand for any 3.10.x / 3
 """
 
 # {release: {binary package: version}}; a virtual package maps to None (provided).
+# python3-cryptography (an explicit dependency since the health/ package reads certificate
+# expiries; python3-azure's msal pulled it in before): read 2026-11-27 from each archive's
+# dists/<release>/main/binary-amd64/Packages (deb.debian.org, archive.ubuntu.com).
 ARCHIVES = {
     "Debian 12 (bookworm)": {
         "python3": "3.11.2-1+b1",
         "python3-azure": "20230112+git-1",
         "python3-configobj": "5.0.8-1",
+        "python3-cryptography": "38.0.4-3+deb12u1",
         "python3-yaml": "6.0-3+b2",
         "python3-debconf": "1.5.82",
         "debconf": "1.5.82",
@@ -29,6 +33,7 @@ ARCHIVES = {
         "python3": "3.13.5-1",
         "python3-azure": "20250603+git-1",
         "python3-configobj": "5.0.9-1",
+        "python3-cryptography": "43.0.0-3+deb13u1",
         "python3-yaml": "6.0.2-1+b2",
         "python3-debconf": "1.5.91",
         "debconf": "1.5.91",
@@ -39,6 +44,7 @@ ARCHIVES = {
         "python3": "3.10",
         "python3-azure": "20211104+git-1",
         "python3-configobj": "5.0.6-5ubuntu0.1",  # jammy-updates/-security
+        "python3-cryptography": "3.4.8-1ubuntu2",
         "python3-yaml": "5.4.1-1ubuntu1",
         "python3-debconf": "1.5.79ubuntu1",
         "debconf": "1.5.79ubuntu1",
@@ -49,6 +55,7 @@ ARCHIVES = {
         "python3": "3.12",
         "python3-azure": "20230705+git-1",
         "python3-configobj": "5.0.8-3",
+        "python3-cryptography": "41.0.7-4build3",
         # Read from noble's archive index (dists/noble/main/binary-amd64/Packages), 2026-11-27.
         "python3-yaml": "6.0.1-2build2",
         "python3-debconf": "1.5.86ubuntu1",
@@ -62,6 +69,7 @@ ARCHIVES = {
         "python3": "3.14.3-0ubuntu2",
         "python3-azure": "20260303+git-1",
         "python3-configobj": "5.0.9-1build1",
+        "python3-cryptography": "46.0.5-1ubuntu2",
         "python3-yaml": "6.0.3-1build1",
         "python3-debconf": "1.5.92",
         "debconf": "1.5.92",
