@@ -192,6 +192,20 @@ def test_managed_cluster_and_credentials_match_the_spec(fresh_emulator, api_vers
         assert f"server: {fresh_emulator.apiserver}" in kubeconfig
 
 
+@pytest.mark.parametrize("api_version,spec", CONTAINERSERVICE)
+def test_rotate_cluster_certificates_matches_the_spec(fresh_emulator, api_version, spec):
+    """ManagedClusters_RotateClusterCertificates: 202 with the Location header the spec
+    declares, no body; the monitor at Location answers 204 once it is done."""
+    op = swagger.Operation(spec, "ManagedClusters_RotateClusterCertificates")
+    path = f"{RG_PATH}/providers/Microsoft.ContainerService/managedClusters/{C.CLUSTER_NAME}/rotateClusterCertificates"
+    status, headers, body = fresh_emulator.arm_call("POST", path, api_version)
+    assert op.check(status, body) == [] and status == 202
+    assert "Location" in op.op["responses"]["202"]["headers"] and headers["Location"]
+    status, _, _ = fresh_emulator.http("GET", headers["Location"],
+                                       headers={"Authorization": f"Bearer {fresh_emulator.arm_token()}"})
+    assert status == 204
+
+
 def test_managed_cluster_404_is_an_arm_error_response(fresh_emulator):
     op = swagger.Operation(AKS_2026, "ManagedClusters_Get")
     status, _, body = fresh_emulator.arm_call(
