@@ -81,7 +81,14 @@ BASE_PACKAGES = (
     # The Ansible scenario's controller: the release's own ansible-core, run from this root
     # (tests/e2e/test_ansible.py), so each release's Ansible drives that release's nodes.
     "ansible-core",
+    # Debian's node exporter, which serves the agent's textfile metrics over HTTP as a real
+    # Prometheus scrape would read them (issue 27; tests/e2e/test_health.py). Its own
+    # collectors' extra package (Recommends) stays out: mmdebstrap installs no Recommends.
+    "prometheus-node-exporter",
 )
+# A release's own additions: Debian packages kubectl from 13 on (12 has none), and the
+# health scenario reads the Node with it inside a trixie node (tests/e2e/test_cloud_init.py).
+RELEASE_PACKAGES = {"trixie": ("kubectl",)}
 # Run in the bootstrapped root (mmdebstrap --customize-hook). cloud-init.disabled: its
 # systemd generator then leaves cloud-init out of the boot (cloud-init's docs, "How to
 # disable cloud-init"). ssh masked: an sshd sharing the host's network would listen on the
@@ -164,7 +171,7 @@ class BaseRoot:
     def __init__(self, suite=DEFAULT_RELEASE, cache=CACHE, packages=BASE_PACKAGES):
         self.suite = check_release(suite)
         self.cache = pathlib.Path(cache)
-        self.packages = tuple(packages)
+        self.packages = tuple(packages) + RELEASE_PACKAGES.get(self.suite, ())
         key = hashlib.sha256(json.dumps([self.suite, MIRROR, SECURITY_MIRROR, self.packages,
                                          RUNTIME_PACKAGES, BASE_HOOKS]).encode()).hexdigest()[:12]
         self.tarball = self.cache / f"base-{self.suite}-{key}.tar.zst"

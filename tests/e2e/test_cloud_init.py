@@ -11,6 +11,12 @@ The node has a network namespace of its own (private_network=True): cloud-init c
 the network of the machine it runs on (a fallback DHCP configuration, /etc/network), and in
 the host's namespace that machine would be this host. Inside, only loopback exists, with
 the emulator's and the mirror's ports forwarded in.
+
+The certificate variant goes on as issue 27's proof, its service principal's certificate
+expiring within a day: what the operator sees of the node from outside, with real clients
+(Debian's prometheus-node-exporter serving the agent's textfile over HTTP; the Node read
+with python3-kubernetes and, on trixie, `kubectl describe node`), first joined with that
+credential about to expire, then after a repair that does not stick (tests/e2e/health.py).
 """
 
 import base64
@@ -25,6 +31,7 @@ from debian import deb822
 
 from tests import harness
 from tests.e2e import container as ct
+from tests.e2e import health
 from tests.e2e import node as n
 from tests.emulator import constants as C
 
@@ -184,7 +191,8 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_cloud_init_first_boot_joins_the_node(variant, release, boot_node, repo, mirror, fresh_emulator, debs):
+def test_cloud_init_first_boot_joins_the_node(variant, release, boot_node, repo, mirror, fresh_emulator, debs,
+                                              tmp_path):
     emu = fresh_emulator
     example = load_example(VARIANTS[variant])
     if variant == "secret":
@@ -269,6 +277,85 @@ def test_cloud_init_first_boot_joins_the_node(variant, release, boot_node, repo,
     # here on a first boot; 0640, group adm, upstream since 23.1.2).
     assert C.CLUSTER_ID in log
     assert node.mode("/var/log/cloud-init.log") & 0o044
+
+    if variant == "certificate":
+        seen_from_outside(node, release, pem, tmp_path)
+
+
+def not_after(pem):
+    """The certificate's expiry, in Unix seconds."""
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    expiry = getattr(cert, "not_valid_after_utc", None)  # cryptography >= 42; Debian 12 has 38
+    if expiry is None:
+        expiry = cert.not_valid_after.replace(tzinfo=datetime.timezone.utc)
+    return int(expiry.timestamp())
+
+
+def seen_from_outside(node, release, pem, tmp_path):
+    """Issue 27, done when: conditions, events and metrics visible from real clients, with an
+    expiring credential (this variant's certificate expires within a day: within the week
+    health/conditions.py WARN_BEFORE gives one nobody on the node renews) and a failing repair."""
+    emu, name = node.emulator, n.MACHINE_NAME
+    kubeconfig = health.admin_kubeconfig(emu)
+    (tmp_path / "admin.kubeconfig").write_bytes(kubeconfig)
+
+    # Debian's node exporter, started at boot, serves our textfile's series over HTTP.
+    assert node.c.is_active(health.NODE_EXPORTER) == "active", node.journal(health.NODE_EXPORTER)
+    joined = health.scrape(node)
+    assert joined.values("node_exporter_build_info")  # the real exporter answered
+    # Its textfile collector read our file and found nothing wrong in it.
+    assert joined.one("node_textfile_scrape_error") == 0
+    assert joined.one("aks_flex_node_build_info") == 1
+    assert joined.one("aks_flex_node_joined") == 1
+    assert joined.one("aks_flex_node_last_run_success", operation="bootstrap") == 1
+    outcomes = {(s["phase"], s["outcome"]) for s in joined.labels("aks_flex_node_phase_outcome")}
+    assert "kubelet" in {p for p, _ in outcomes} and not {o for _, o in outcomes} & {"failed", "blocked"}, outcomes
+    assert joined.one("aks_flex_node_credential_expiry_timestamp_seconds",
+                      credential="service-principal-certificate") == not_after(pem)
+    assert joined.one("aks_flex_node_credential_renewable", credential="service-principal-certificate") == 0
+
+    conditions, events = health.read_with_python_client(tmp_path / "admin.kubeconfig", name)
+    assert conditions["Ready"][0] == "True", conditions
+    assert conditions["FlexNodeCredentialExpiring"] == ("True", "CredentialExpiresSoon"), conditions
+    assert conditions["FlexNodePassFailed"] == ("False", "PassSucceeded"), conditions
+    assert ("NodeJoined", "Normal", "aks-flex-node") in events, events
+
+    # A repair that does not stick: every kubelet start fails and edits its configuration
+    # again. The agent's next pass repairs the file and fails to restart the kubelet; the one
+    # after finds the same repair needed again.
+    health.break_kubelet_start(node)
+    node.c.run(["systemctl", "restart", "aks-flex-node-agent"])
+    health.wait_for_condition(node, name, "FlexNodeRepairDidNotStick")
+    # Stopped (after the pass under way), so that what is read next stays as that pass left it;
+    # each later pass fails the same way, so the condition would stay True all the same.
+    node.c.run(["systemctl", "stop", "aks-flex-node-agent"])
+
+    failed = health.scrape(node)
+    assert failed.one("node_textfile_scrape_error") == 0
+    assert failed.one("aks_flex_node_last_run_success", operation="bootstrap") == 0
+    outcomes = {(s["phase"], s["outcome"]) for s in failed.labels("aks_flex_node_phase_outcome")}
+    assert {p for p, o in outcomes if o == "failed"} & {"kubelet", "services"}, outcomes
+    assert failed.one("aks_flex_node_repairs_total", kind="kubelet") >= 1
+    assert failed.one("aks_flex_node_credential_expiry_timestamp_seconds",
+                      credential="service-principal-certificate") == not_after(pem)
+
+    conditions, events = health.read_with_python_client(tmp_path / "admin.kubeconfig", name)
+    assert conditions["FlexNodeRepairDidNotStick"] == ("True", "RepairDidNotStick"), conditions
+    assert conditions["FlexNodePassFailed"][0] == "True", conditions
+    assert conditions["FlexNodeCredentialExpiring"] == ("True", "CredentialExpiresSoon"), conditions
+    assert ("RepairDidNotStick", "Warning", "aks-flex-node") in events, events
+
+    if health.has_kubectl(release):
+        described = health.kubectl_describe_node(node, kubeconfig, name)
+        for word in ("FlexNodeRepairDidNotStick", "RepairDidNotStick", "FlexNodePassFailed",
+                     "FlexNodeCredentialExpiring", "CredentialExpiresSoon"):
+            assert word in described, described
+        shown_events = described.split("Events:", 1)[1]
+        for reason in ("NodeJoined", "RepairDidNotStick"):
+            assert reason in shown_events, shown_events
+        assert "aks-flex-node" in shown_events, shown_events
 
 
 # ---- every example passes cloud-init's schema check -----------------------------------------
