@@ -25,6 +25,7 @@ import logging
 import math
 
 from aks_flex_node import __version__, paths
+from aks_flex_node.engine.status import UNJOINED
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.health.credentials import Found
 from aks_flex_node.host.fs import HostFileError
@@ -234,7 +235,13 @@ def report(host, config, summary, lifetimes, timestamp):
     first, so a counter is never shown that a later run could not count on from."""
     directory = textfile_dir(config)
     record = updated_record(read_record(host), summary, timestamp)
-    host.write_file(paths.METRICS_RECORD, (json.dumps(record, sort_keys=True) + "\n").encode(), mode=0o644)
+    if summary.get("operation") == "unbootstrap" and summary.get("state") == UNJOINED:
+        # A node that left keeps no run state of ours (unbootstrap leaves only status.json, the
+        # lock and provision.complete): the last textfile still says so (joined 0), and a new
+        # join counts its repairs from zero, as a Prometheus counter may (a reset, to rate()).
+        host.remove(paths.METRICS_RECORD)
+    else:
+        host.write_file(paths.METRICS_RECORD, (json.dumps(record, sort_keys=True) + "\n").encode(), mode=0o644)
     if not host.is_dir(directory):
         log.debug("no %s: no metrics textfile written", directory)
         return None

@@ -21,6 +21,7 @@ from aks_flex_node.azure import himds
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.health import conditions, events, report_record
 from aks_flex_node.steps import kubelet_auth
+from aks_flex_node.steps.preflight import identity
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,25 @@ SEND_TIMEOUT = 5
 _Side = collections.namedtuple("_Side", "host http_policy")
 
 
-def send(client, node_name, summary, lifetimes, now):
+def another_machines(node, machine_id):
+    """The machine ID the Node reports when it is not `machine_id` (this host's), else None: a
+    clone of this machine, refused by preflight's node-identity check, must not write its
+    failure onto the Node of the machine that holds the name (identity.py)."""
+    theirs = identity.reported_machine_id(node)
+    return theirs if machine_id and theirs and theirs != machine_id else None
+
+
+def send(client, node_name, summary, lifetimes, now, machine_id=None):
     """Read the Node, set our conditions on it (keeping each lastTransitionTime while its status
     is the same), create this pass's events; return the events sent, None when the Node is not
-    there (a join that failed before the kubelet registered it)."""
+    there (a join that failed before the kubelet registered it) or is another machine's."""
     node = client.get_node(node_name)
     if node is None:
+        return None
+    theirs = another_machines(node, machine_id)
+    if theirs:
+        log.warning("Node %r reports machine ID %r, not this machine's %r: nothing reported to it",
+                    node_name, theirs, machine_id)
         return None
     current = (node.get("status") or {}).get("conditions") or []
     current = current if isinstance(current, list) else []
@@ -71,7 +85,8 @@ def report(client_of, node_name, summary, lifetimes, now=None, host=None):
         client = client_of()
         if client is None:
             return False
-        if send(client, node_name, summary, lifetimes, now) is None:
+        machine_id = identity.read_machine_id(host).value if host is not None else None
+        if send(client, node_name, summary, lifetimes, now, machine_id) is None:
             return False
     except FlexNodeError as err:
         log.warning("conditions and events not sent to Node %r (%s): %s", node_name, err.code, err.message)

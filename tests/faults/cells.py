@@ -88,6 +88,7 @@ def capture_failing(cell, result):
     content (nothing may be half-written), and the run state must still parse."""
     result.failing.append(cell.snapshot())
     for path in ("/var/lib/aks-flex-node/ledger.json", "/var/lib/aks-flex-node/status.json",
+                 "/var/lib/aks-flex-node/metrics.json", "/var/lib/aks-flex-node/node-report.json",
                  "/var/lib/kubelet/bootstrap-kubeconfig"):
         if not cell.json_is_whole(path):
             result.corrupted.append(f"{path} (not whole JSON while failing)")

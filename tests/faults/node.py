@@ -32,6 +32,8 @@ CLI_TIMEOUT = 180
 VOLATILE = ("/var/lib/aks-flex-node/ledger.json", "/var/lib/aks-flex-node/status.json",
             "/var/lib/aks-flex-node/provision.complete", "/var/lib/aks-flex-node/lock",
             "/var/lib/aks-flex-node/token-cache.json", "/var/lib/aks-flex-node/join-pending",
+            # issue 27: what the runs reported (counters, times, the conditions' digest)
+            "/var/lib/aks-flex-node/metrics.json", "/var/lib/aks-flex-node/node-report.json",
             # agent-pool mode: the bootstrap token is minted per call (JSON: checked whole).
             "/var/lib/kubelet/bootstrap-kubeconfig")
 # The kubelet's own client certificates (agent-pool mode): a new key, serial and dated file

@@ -23,7 +23,9 @@ from tests.harness import MACHINE_NAME
 from tests.waiting import wait_for
 
 # What every run writes, a refused one too: the run lock and the run's outcome (paths.py).
-RUN_RECORDS = (paths.STATE_DIR, paths.LOCK, paths.STATUS, paths.COMPLETE_MARKER)
+# What any run writes about itself, refused or not: its status, and the metrics record that
+# counts it (health/metrics.py).
+RUN_RECORDS = (paths.STATE_DIR, paths.LOCK, paths.STATUS, paths.COMPLETE_MARKER, paths.METRICS_RECORD)
 ID_A = "a" * 32
 ID_B = "b" * 32
 
@@ -141,6 +143,9 @@ def test_a_clone_of_a_joined_host_is_refused_while_the_node_is_ready_and_warned_
     assert code == 3 and checks["node-identity"]["status"] == "error", checks["node-identity"]
     assert ID_A in checks["node-identity"]["message"] and ID_B in checks["node-identity"]["message"]
     assert kube_node(node.emu)["status"]["nodeInfo"]["machineID"] == ID_A
+    # Nor does the refused clone report its failure onto the first machine's Node.
+    assert not [c for c in kube_node(node.emu)["status"]["conditions"]
+                if c["type"] == "FlexNodePassFailed" and c["status"] == "True"]
 
     # The first machine stops; the node lifecycle controller marks its Node Unknown.
     node.fake.stop_units()

@@ -83,8 +83,9 @@ def test_bootstrap_then_a_failed_pass_then_a_repair(node):
     assert got["aks_flex_node_joined"] == 0
     assert got['aks_flex_node_last_run_success{operation="unbootstrap"}'] == 1
     assert got['aks_flex_node_last_run_success{operation="bootstrap"}'] == 1
-    record = json.loads(node.read("/var/lib/aks-flex-node/metrics.json"))
-    assert record["repairs"] == {"kubelet": 1}
+    assert got['aks_flex_node_repairs_total{kind="kubelet"}'] == 1  # the last textfile still counts it
+    assert not os.path.exists(node.path("/var/lib/aks-flex-node/metrics.json")), \
+        "a node that left keeps no run state of ours"
 
 
 def test_no_node_exporter_directory_no_file(node):
