@@ -16,6 +16,7 @@ after our patch (health/conditions.py) decide what happened:
   KubeletUpgraded            Normal   the kubelet-upgrade phase switched the kubelet's version
   KubeletUpgradeRolledBack   Warning  the upgrade failed and the old kubelet is back
   RepairDidNotStick          Warning  a repair was needed twice in a row
+  CredentialExpiring         Warning  FlexNodeCredentialExpiring turned True (once, on the change)
   NodeLeaving                Normal   sent by leave_event() before the node's credential goes
 """
 
@@ -74,6 +75,12 @@ def events_of(summary, before, after):
             _status_of(after, cond.UPGRADE_ROLLED_BACK) == "True":
         out.append(Event("Warning", "KubeletUpgradeRolledBack", "Upgrade",
                          next(c["message"] for c in after if c["type"] == cond.UPGRADE_ROLLED_BACK)))
+    # A credential nobody renews is the operator's to replace: the condition holds it while it
+    # lasts, the event marks the moment it began (once, like a condition's transition).
+    if _status_of(after, cond.CREDENTIAL_EXPIRING) == "True" and \
+            _status_of(before, cond.CREDENTIAL_EXPIRING) != "True":
+        out.append(Event("Warning", "CredentialExpiring", "Check",
+                         next(c["message"] for c in after if c["type"] == cond.CREDENTIAL_EXPIRING)))
     if _status_of(after, cond.REPAIR_DID_NOT_STICK) == "True":
         out.append(Event("Warning", "RepairDidNotStick", "Repair",
                          next(c["message"] for c in after if c["type"] == cond.REPAIR_DID_NOT_STICK)))

@@ -321,6 +321,7 @@ def seen_from_outside(node, release, pem, tmp_path):
     assert conditions["FlexNodeCredentialExpiring"] == ("True", "CredentialExpiresSoon"), conditions
     assert conditions["FlexNodePassFailed"] == ("False", "PassSucceeded"), conditions
     assert ("NodeJoined", "Normal", "aks-flex-node") in events, events
+    assert ("CredentialExpiring", "Warning", "aks-flex-node") in events, events
 
     # A repair that does not stick: every kubelet start fails and edits its configuration
     # again. The agent's next pass repairs the file and fails to restart the kubelet; the one

@@ -115,7 +115,8 @@ def test_a_failed_upgrade_shows_on_the_node_and_the_kubelets_conditions_stay(clu
     node_uid = cluster.node("n1")["metadata"]["uid"]
     events = cluster.events("n1")
     assert [(e["reason"], e["type"], e["reportingComponent"], e["reportingInstance"]) for e in events] == \
-        [("KubeletUpgradeRolledBack", "Warning", "aks-flex-node", "n1")]
+        [("KubeletUpgradeRolledBack", "Warning", "aks-flex-node", "n1"),
+         ("CredentialExpiring", "Warning", "aks-flex-node", "n1")]
     assert events[0]["involvedObject"]["uid"] == node_uid and events[0]["metadata"]["namespace"] == "default"
     assert "Ready" not in by_type(cluster.node("n2")) or hc.PASS_FAILED not in by_type(cluster.node("n2"))
 
@@ -127,7 +128,8 @@ def test_a_failed_upgrade_shows_on_the_node_and_the_kubelets_conditions_stay(clu
     assert again[hc.PASS_FAILED]["lastTransitionTime"] == "2026-11-27T18:10:00Z"
     assert again[hc.CREDENTIAL_EXPIRING]["lastTransitionTime"] == "2026-11-27T18:00:00Z"
     assert again[hc.CREDENTIAL_EXPIRING]["lastHeartbeatTime"] == "2026-11-27T18:10:00Z"
-    assert [e["reason"] for e in cluster.events("n1")] == ["KubeletUpgradeRolledBack", "PassRecovered"]
+    assert [e["reason"] for e in cluster.events("n1")] == \
+        ["KubeletUpgradeRolledBack", "CredentialExpiring", "PassRecovered"]
 
 
 def test_a_node_cannot_patch_another_nodes_status(cluster):
@@ -224,7 +226,7 @@ def test_a_pass_with_nothing_new_sends_nothing_until_the_heartbeat_is_due(cluste
         return node_report.report(lambda: client, "n1", summary, EXPIRING, at, host=host)
 
     assert report(SUCCEEDED, NOW) is True
-    assert [e["reason"] for e in cluster.events("n1")] == ["NodeJoined"]
+    assert [e["reason"] for e in cluster.events("n1")] == ["NodeJoined", "CredentialExpiring"]
     before = sent_to(cluster)
     assert report(SUCCEEDED, NOW + datetime.timedelta(minutes=1)) is True
     assert sent_to(cluster) == before, "the same conditions, no event: nothing sent"
@@ -245,7 +247,8 @@ def test_a_pass_with_nothing_new_sends_nothing_until_the_heartbeat_is_due(cluste
     assert sent_to(cluster) > before
     again = by_type(cluster.node("n1"))[hc.PASS_FAILED]
     assert (again["lastHeartbeatTime"], again["lastTransitionTime"]) == ("2026-11-27T18:08:00Z", "2026-11-27T18:03:00Z")
-    assert [e["reason"] for e in cluster.events("n1")] == ["NodeJoined", "KubeletUpgradeRolledBack", "PassRecovered"]
+    assert [e["reason"] for e in cluster.events("n1")] == \
+        ["NodeJoined", "CredentialExpiring", "KubeletUpgradeRolledBack", "PassRecovered"]
 
 
 def test_a_send_that_failed_is_sent_again_on_the_next_pass(cluster, tmp_path):

@@ -124,6 +124,17 @@ def test_events_of_a_join_a_repair_and_a_recovery():
     assert he.events_of(dict(summary(), dry_run=True), [], []) == []
 
 
+def test_a_credential_that_starts_to_expire_is_one_warning_event():
+    after = hc.conditions_of(summary(), [lifetime(6)], NOW)
+    ok = [{"type": hc.PASS_FAILED, "status": "False"}]
+    first = he.events_of(summary(), ok, after)
+    assert [(e.type, e.reason) for e in first] == [("Warning", "CredentialExpiring")]
+    assert "service-principal-certificate" in first[0].note
+    # The next pass finds it True already: the condition says it, no second event.
+    still = ok + [c for c in after if c["type"] == hc.CREDENTIAL_EXPIRING]
+    assert he.events_of(summary(), still, after) == []
+
+
 def test_event_body_follows_the_kubelets_conventions():
     node = {"metadata": {"name": "n1", "uid": "u-1"}}
     body = he.event_body(node, he.leave_event(), NOW, seq=1)
