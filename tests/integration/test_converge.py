@@ -12,8 +12,10 @@ from tests.emulator import constants as C
 from tests.harness import REPO
 
 # What a run that stops before changing the host leaves: its lock, status and marker.
+# What any run writes about itself, refused or not: the lock, its status and the metrics
+# record that counts it (health/metrics.py).
 RUN_RECORDS_ONLY = {"/var/lib/aks-flex-node", "/var/lib/aks-flex-node/lock", "/var/lib/aks-flex-node/status.json",
-                    "/var/lib/aks-flex-node/provision.complete"}
+                    "/var/lib/aks-flex-node/provision.complete", "/var/lib/aks-flex-node/metrics.json"}
 
 
 def kubelet_starts(node):
