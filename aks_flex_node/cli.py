@@ -332,12 +332,8 @@ def main(argv=None):
         return token.main(rest, os.environ)
     # Every line we print, errors and logs included, leaves with its control characters
     # escaped (output.py): much of it is text from the network or the disk.
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = output.ShownStream(sys.stdout), output.ShownStream(sys.stderr)
-    try:
+    with output.shown_streams():
         return _run(argv)
-    finally:
-        sys.stdout, sys.stderr = streams
 
 
 def _run(argv):

@@ -6,11 +6,13 @@ Much of what we print came from elsewhere: an archive member's name, an ARM or A
 error message, a file name on the node. A control character in it would reach the
 operator's terminal as a command (ESC [2J clears the screen, OSC 0 sets the title, CR
 overwrites the line: ECMA-48), so every line leaves the program with its control
-characters written out (`\x1b`), newline and tab apart. cli.main wraps stdout and stderr
-in ShownStream once, so no message needs to remember it; JSON output needs nothing more,
-since json.dumps writes every control character as a \u escape (RFC 8259 section 7).
+characters written out (`\x1b`), newline and tab apart. cli.main and the maintainer
+scripts wrap stdout and stderr in ShownStream once (shown_streams), so no message needs to
+remember it; JSON output needs nothing more, since json.dumps writes every control
+character as a \u escape (RFC 8259 section 7).
 """
 
+import contextlib
 import sys
 
 # C0 controls but tab and newline, DEL and the C1 controls (Unicode category Cc), and the
@@ -44,6 +46,18 @@ class ShownStream:
 
     def __getattr__(self, name):
         return getattr(self.raw, name)
+
+
+@contextlib.contextmanager
+def shown_streams():
+    """stdout and stderr as ShownStreams while the block runs (cli.main, maintscript.main),
+    then the streams they were."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ShownStream(sys.stdout), ShownStream(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 def raw_stream(stream):

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from tests import harness
+from tests.emulator import constants as C
 from tests.emulator_fixtures import *  # noqa: F401,F403  (the emulator fixtures)
 
 
@@ -23,3 +24,15 @@ def node(fake_host, tmp_path):
     n.fake = fake_host
     n.wrapper = wrapper
     return n
+
+
+@pytest.fixture
+def pool_node(node):
+    """The scratch node in agent-pool mode, with the node's own service principal (the
+    kubelet joins the pool by TLS bootstrap)."""
+    harness.write_config(node.root, node.emu, node.wrapper, extra={
+        "join_mode": "agent-pool", "agent_pool": C.FLEX_POOL, "sp_client_id": C.NODE_SP_CLIENT_ID,
+        "arc_tags": "", "himds_endpoint": ""})
+    with open(node.path(harness.SECRET_PATH), "w") as f:
+        f.write(C.NODE_SP_CLIENT_SECRET + "\n")
+    return node

@@ -324,12 +324,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     # What apt shows of us leaves with its control characters escaped, as the CLI's does
     # (output.py); the debconf channel has descriptors of its own (debconf_channel.py).
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = output.ShownStream(sys.stdout), output.ShownStream(sys.stderr)
-    try:
+    with output.shown_streams():
         return _run(argv)
-    finally:
-        sys.stdout, sys.stderr = streams
 
 
 def _run(argv):

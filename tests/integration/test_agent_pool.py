@@ -8,29 +8,15 @@ Node and how, which roles exist, what the kubelet was given, and what unbootstra
 import json
 import os
 
-import pytest
 
 from tests.apiserver_fixtures import advance_past_renewal
 from tests.emulator import constants as C
 from tests.emulator import roles as emulator_roles
 from tests.agent_fixtures import PENDING, start_agent, status, wait_for_passes
-from tests.harness import MACHINE_NAME, SECRET_PATH
+from tests.harness import MACHINE_NAME
 from tests.waiting import wait_for
 
 POOL_SCOPE = f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}"
-
-
-@pytest.fixture
-def pool_node(node):
-    """The scratch node, configured for agent-pool mode with the node's own service principal."""
-    from tests import harness
-
-    harness.write_config(node.root, node.emu, node.wrapper, extra={
-        "join_mode": "agent-pool", "agent_pool": C.FLEX_POOL, "sp_client_id": C.NODE_SP_CLIENT_ID,
-        "arc_tags": "", "himds_endpoint": ""})
-    with open(node.path(SECRET_PATH), "w") as f:
-        f.write(C.NODE_SP_CLIENT_SECRET + "\n")
-    return node
 
 
 def _node_object(emu, name=MACHINE_NAME):

@@ -14,30 +14,16 @@ import socket
 import ssl
 import urllib.parse
 
-import pytest
 from cryptography import x509
 
 from tests.emulator import constants as C
-from tests.harness import MACHINE_NAME, SECRET_PATH
+from tests.harness import MACHINE_NAME
 from tests.waiting import wait_for
 
 API_VERSION = "2026-08-01"  # ManagedClusters_RotateClusterCertificates (stable)
 CA_PATH = "/etc/kubernetes/certs/ca.crt"
 CLIENT_CERT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 HEARTBEAT = f"/api/v1/nodes/{MACHINE_NAME}/status"
-
-
-@pytest.fixture
-def pool_node(node):
-    """The scratch node in agent-pool mode (the kubelet joins by TLS bootstrap)."""
-    from tests import harness
-
-    harness.write_config(node.root, node.emu, node.wrapper, extra={
-        "join_mode": "agent-pool", "agent_pool": C.FLEX_POOL, "sp_client_id": C.NODE_SP_CLIENT_ID,
-        "arc_tags": "", "himds_endpoint": ""})
-    with open(node.path(SECRET_PATH), "w") as f:
-        f.write(C.NODE_SP_CLIENT_SECRET + "\n")
-    return node
 
 
 def _cluster(emu):
