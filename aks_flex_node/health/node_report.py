@@ -164,10 +164,13 @@ def node_client(cfg, host, policy=None):
 
 def after_run(host, cfg, summary, lifetimes, timestamp):
     """A reporter of health/__init__.py's after-run hook: the conditions and events of the
-    bootstrap pass `summary` (status.json's), as of `timestamp` (Unix seconds). An
-    unbootstrap reports nothing here: its Node and credential are gone (report_leave is sent
+    bootstrap pass `summary` (status.json's), stamped with the moment they are sent
+    (`timestamp`, the run's end, is the other reporters'). An unbootstrap reports nothing here: its Node and credential are gone (report_leave is sent
     before)."""
     if not isinstance(summary, dict) or summary.get("dry_run") or summary.get("operation") != "bootstrap":
         return False
-    now = datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc)
+    # The moment of sending, not the run's end (`timestamp`, whole seconds): an event's
+    # eventTime is when it happened, as client-go stamps it (time.Now()), and a whole-second
+    # time would put this pass's events before the KubeletUpgradeStarted sent during it.
+    now = datetime.datetime.now(datetime.timezone.utc)
     return report(lambda: node_client(cfg, host), cfg.machine_name, summary, lifetimes, now, host=host)

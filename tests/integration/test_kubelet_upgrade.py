@@ -108,10 +108,11 @@ def test_upgrade_cordons_drains_switches_and_uncordons(joined):
 
 
 def flex_events(emu):
-    """Our events regarding the node, as the API server stand-in holds them, oldest first."""
+    """Our events regarding the node, as the API server stand-in holds them: in the order
+    they were created (its store keeps that order)."""
     from tests.emulator import constants as C
     held = emu.state()["kube_objects"].get(C.CLUSTER_ID.lower(), {}).get("events", {}).values()
-    return [e for e in sorted(held, key=lambda e: (e["eventTime"], e["metadata"]["name"]))
+    return [e for e in held
             if e["involvedObject"].get("name") == MACHINE_NAME and e.get("reportingComponent") == "aks-flex-node"]
 
 
