@@ -847,7 +847,7 @@ def all_cells():
             cells.append(kill_cell(phase, when))
     # Each holds what its writes need 4 KiB pages of; `leave` is what the fault leaves free.
     cells += [enospc_cell("/var/lib", "2m", 0), enospc_cell("/etc", "2m", 4096, fast=True),
-              enospc_cell("/etc/aks-flex-node", "64k", 0), enospc_cell("/usr/local/bin", "2m", 8192),
+              enospc_cell("/etc/aks-flex-node", "1m", 0), enospc_cell("/usr/local/bin", "2m", 8192),
               enospc_cell("/var/cache", "2m", 4096)]
     for server in ENDPOINTS:
         for kind in ENDPOINT_FAULTS:
