@@ -90,7 +90,7 @@ def serve(directory, release=ct.DEFAULT_RELEASE):
     mirror = Mirror(debs, emulator)
     try:
         info = {"pid": os.getpid(), "emulator": emulator.endpoints,
-                "mirror": {"url": mirror.url, "versions": mirror.versions}}
+                "mirror": {"url": mirror.url, "versions": mirror.versions, "digests": mirror.digests()}}
         partial = directory / "services.json.partial"
         partial.write_text(json.dumps(info, indent=2) + "\n")
         os.replace(partial, directory / "services.json")
@@ -126,7 +126,9 @@ def start_services(directory, release):
         time.sleep(0.2)
     info = json.loads(info_path.read_text())
     emulator = Emulator(info["emulator"], process, directory / "emulator")
-    mirror = types.SimpleNamespace(url=info["mirror"]["url"], versions=info["mirror"]["versions"])
+    # The mirror runs in serve()'s process: what `up` needs of it, as serve() wrote it down.
+    mirror = types.SimpleNamespace(url=info["mirror"]["url"], versions=info["mirror"]["versions"],
+                                   digests=lambda: info["mirror"]["digests"])
     return emulator, mirror
 
 
