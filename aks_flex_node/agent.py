@@ -150,8 +150,18 @@ def one_pass(load_config, host, full, repaired):
         # The agent converges a node whose join is pending (the postinst marks it) or that
         # is joined; the mark is read once a pass.
         joining = lifecycle.is_pending(host)
-        if not joining and not lifecycle.joined(host)[0]:
+        former = lifecycle.joined(host)[0]
+        if not joining and not former:
             return PassOutcome(PassKind.IDLE)
+        # Moving the node to another cluster (name, mode) leaves the old one first: that is
+        # the operator's reconfigure (lifecycle.leave_then_join), never a pass that finds the
+        # file edited before it ran (it would join the new cluster over the old join).
+        elsewhere = lifecycle.joined_elsewhere(former, cfg)
+        if elsewhere:
+            return PassOutcome(PassKind.CONFIG, (
+                f"the configuration names another join than the one this node holds ({elsewhere} as "
+                f"{former.get('machine_name', cfg.machine_name)}): run `dpkg-reconfigure aks-flex-node` "
+                "(or `aks-flex-node unbootstrap`, then `bootstrap`) to move it"), int(ExitCode.USAGE))
         result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
                                                 recent_repairs=repaired, refresh_pool=joining, agent=True)
     except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.

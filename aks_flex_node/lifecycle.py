@@ -105,6 +105,18 @@ def deferral(host):
 # ---- join and leave ---------------------------------------------------------------------
 
 
+def joined_elsewhere(former, cfg):
+    """The cluster the ledger's join record `former` names when `cfg` asks for another join
+    (another cluster, machine name or join mode), else None. A new join mode is a new join
+    too: the kubelet's credentials, the Arc machine or the pool's Machine all change."""
+    old_cluster = former.get("cluster_resource_id")
+    if old_cluster and (old_cluster.lower() != cfg.cluster.resource_id.lower()
+                        or former.get("machine_name", cfg.machine_name) != cfg.machine_name
+                        or former.get("join_mode", JoinMode.ARC) != cfg.mode):
+        return old_cluster
+    return None
+
+
 def leave_then_join(cfg, host, progress=None, on_leave=None, lock_wait=60.0):
     """Join `cfg`'s cluster; when the node is joined to another cluster (or under another
     name), leave that one first with the identity the ledger recorded. Returns the
@@ -112,12 +124,8 @@ def leave_then_join(cfg, host, progress=None, on_leave=None, lock_wait=60.0):
     from aks_flex_node import operations  # `status` reads this module, and needs no step
 
     former, _ = joined(host)
-    old_cluster = former.get("cluster_resource_id")
-    # A new join mode is a new join too: the kubelet's credentials, the Arc machine or the
-    # pool's Machine all change. Undo is the ledger's (mode-free) business.
-    if old_cluster and (old_cluster.lower() != cfg.cluster.resource_id.lower()
-                        or former.get("machine_name", cfg.machine_name) != cfg.machine_name
-                        or former.get("join_mode", JoinMode.ARC) != cfg.mode):
+    old_cluster = joined_elsewhere(former, cfg)
+    if old_cluster:
         if on_leave:
             on_leave(old_cluster)
         log.info("leaving %s first (the node is joined there)", old_cluster)

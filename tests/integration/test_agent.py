@@ -1,13 +1,16 @@
 """The agent service: it finishes a pending join by itself once Azure answers, keeps a
 joined node converged, does nothing on a node that wants no join, and stops cleanly."""
 
+import json
 import os
 import re
 import signal
 import subprocess
 import time
 
+from tests import harness
 from tests.agent_fixtures import FORK_WARNING, PENDING, start_agent, status, wait_for_passes
+from tests.emulator import constants as C
 from tests.waiting import wait_for
 
 def test_agent_completes_a_pending_join_once_azure_answers(node):
@@ -127,3 +130,18 @@ def test_a_pass_killed_mid_way_is_a_failed_pass_and_the_next_one_joins(node):
     assert re.search(rf"WARNING .*bootstrap pass failed \(the pass's process {child} was killed by "
                      r"signal 9 \(SIGKILL\)\); retrying in 1 s", err), err
     assert len(re.findall(r"INFO .*: joined aks-one as flex-node-1", err)) == 1, err
+
+
+def test_a_pass_never_moves_the_node_to_the_cluster_an_edited_file_names(node):
+    """An operator edits cluster_resource_id, then runs dpkg-reconfigure (which leaves the old
+    cluster first). A pass that runs in between must not join the new cluster over the old
+    join: it waits for the operator, and the ledger still names the old cluster."""
+    node.cli("bootstrap", check=True)
+    harness.write_config(node.root, node.emu, node.wrapper, cluster_id=C.CLUSTER2_ID)
+    machines = node.emu.state()["machines"]
+    proc = node.cli("agent", "--once")
+    assert proc.returncode == 2, proc.stderr
+    assert "dpkg-reconfigure aks-flex-node" in proc.stderr and C.CLUSTER_ID in proc.stderr
+    ledger = json.loads(node.read("/var/lib/aks-flex-node/ledger.json"))
+    assert ledger["joined"]["cluster_resource_id"].lower() == C.CLUSTER_ID.lower()
+    assert node.emu.state()["machines"] == machines, "nothing done in Azure for the new cluster"
