@@ -17,6 +17,22 @@ _MIB = 1 << 20
 _ZEROS = bytes(_MIB)
 
 
+class Counted(io.RawIOBase):
+    """A body (a download, read as it arrives) that counts in `offset` what was read of it."""
+
+    def __init__(self, data):
+        self.data, self.offset = data, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        chunk = self.data[self.offset:self.offset + len(buffer)]
+        buffer[:len(chunk)] = chunk
+        self.offset += len(chunk)
+        return len(chunk)
+
+
 class Zeros:
     """A member's content: `size` zero bytes."""
 

@@ -57,7 +57,7 @@ import urllib.request
 
 from aks_flex_node.host import download
 from tests import digest_fixtures, harness
-from tests.emulator_fixtures import FakeHost, start_emulator, stop_fake_units
+from tests.emulator_fixtures import scratch_node, start_emulator, stop_fake_units
 
 ARTIFACT_DELAY = 1.5
 RBAC_DELAY = 3.0
@@ -86,19 +86,6 @@ BIG_VERSION = "1.30.9"
 BIG_NAME = f"kubernetes-node-v{BIG_VERSION}-linux-amd64.tar.gz"
 
 
-def make_node(emu, base, config=None, digests=()):
-    fake = FakeHost(emu, base)
-    root = str(fake.root)
-    harness.prepare_root(root)
-    keys = os.path.join(root, "var/opt/azcmagent/tokens")
-    os.makedirs(os.path.dirname(keys), exist_ok=True)
-    os.symlink(emu.himds_key_dir, keys)
-    harness.write_config(root, emu, harness.exec_plugin_wrapper(str(base)), extra=config, digests=digests)
-    node = harness.Node(root, str(fake.state_dir), emu, fake.env)
-    node.fake = fake
-    return node
-
-
 def timed_json(node, *args):
     """(wall seconds of the whole process, its --json summary)."""
     t0 = time.monotonic()
@@ -114,7 +101,7 @@ def join_profile(emu, base, *flags):
     emu.reset()
     emu.settings(rbac_propagation_delay=RBAC_DELAY)
     emu.faults([{"match": {"server": "artifacts", "path_regex": ARTIFACT_PATHS}, "delay": ARTIFACT_DELAY}])
-    node = make_node(emu, base)
+    node = scratch_node(emu, base)
     wall, summary = timed_json(node, "bootstrap", *flags)
     return node, wall, summary
 
@@ -335,7 +322,7 @@ def big_artifact_profile(emu, base):
     read = plain_read(url, emu.ca_bundle)
     pinned = {"kubernetes_version": BIG_VERSION}
     pins = [digest_fixtures.line("kubernetes", BIG_VERSION, tarball.read_bytes(), "amd64")]  # as an operator's build
-    node = make_node(emu, base / "whole", pinned, pins)
+    node = scratch_node(emu, base / "whole", pinned, pins)
     _, summary = timed_json(node, "bootstrap", "--phase", "kubernetes")
     install = phase_seconds(summary, "kubernetes")
     check_installed(node, digests)
@@ -343,7 +330,7 @@ def big_artifact_profile(emu, base):
     cut = size // 2
     emu.faults([{"match": {"server": "artifacts", "path_regex": re.escape(BIG_NAME) + "$", "times": 1},
                  "truncate": cut}])
-    node = make_node(emu, base / "resumed", pinned, pins)
+    node = scratch_node(emu, base / "resumed", pinned, pins)
     _, summary = timed_json(node, "bootstrap", "--phase", "kubernetes")
     resumed = phase_seconds(summary, "kubernetes")
     check_installed(node, digests)

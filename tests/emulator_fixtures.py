@@ -346,6 +346,25 @@ def stop_fake_units(state_dir):
     return killed
 
 
+def scratch_node(emulator, base, config=None, digests=()):
+    """A scratch node as tests/conftest.py's `node` makes it, on `emulator`, under `base`
+    (a second node beside a test's own, the bench's nodes): a harness.Node with `fake` and
+    `wrapper` set."""
+    from tests import harness  # harness is the nodes' module; this one is the emulator's
+
+    fake = FakeHost(emulator, base)
+    root = str(fake.root)
+    harness.prepare_root(root)
+    keys = os.path.join(root, "var/opt/azcmagent/tokens")
+    os.makedirs(os.path.dirname(keys), exist_ok=True)
+    os.symlink(emulator.himds_key_dir, keys)
+    wrapper = harness.exec_plugin_wrapper(str(base))
+    harness.write_config(root, emulator, wrapper, extra=config, digests=digests)
+    node = harness.Node(root, str(fake.state_dir), emulator, fake.env)
+    node.fake, node.wrapper = fake, wrapper
+    return node
+
+
 class FakeHost:
     """A scratch node: `root` (FAKE_ROOT), `state_dir` (FAKE_STATE_DIR) and the `env` for our CLI."""
 

@@ -18,7 +18,7 @@ from aks_flex_node import paths
 from tests import harness
 from tests.apiserver_fixtures import admin_client
 from tests.emulator import constants as C
-from tests.emulator_fixtures import FakeHost
+from tests.emulator_fixtures import scratch_node
 from tests.harness import MACHINE_NAME
 from tests.waiting import wait_for
 
@@ -37,24 +37,9 @@ def set_machine_id(node, value):
         f.write(value + "\n")
 
 
-def make_node(emu, base):
-    """A scratch node as tests/conftest.py's `node` makes it, on the same emulator."""
-    fake = FakeHost(emu, base)
-    root = str(fake.root)
-    harness.prepare_root(root)
-    keys = os.path.join(root, "var/opt/azcmagent/tokens")
-    os.makedirs(os.path.dirname(keys), exist_ok=True)
-    os.symlink(emu.himds_key_dir, keys)
-    wrapper = harness.exec_plugin_wrapper(str(base))
-    harness.write_config(root, emu, wrapper)
-    n = harness.Node(root, str(fake.state_dir), emu, fake.env)
-    n.fake, n.wrapper = fake, wrapper
-    return n
-
-
 @pytest.fixture
 def second(node, tmp_path):
-    other = make_node(node.emu, tmp_path / "second")
+    other = scratch_node(node.emu, tmp_path / "second")
     yield other
     other.fake.stop_units()
 

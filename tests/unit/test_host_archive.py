@@ -8,6 +8,7 @@ import pytest
 
 from aks_flex_node.host import ArchiveError
 from aks_flex_node.host.archive import members
+from tests.archive_fixtures import Counted
 
 
 def make_tar(path, entries, mode="w:gz"):
@@ -34,23 +35,6 @@ def every_file_below(prefix):
 def read_all(archive, wanted, **kw):
     with open(archive, "rb") as body:
         return [(m, d, content.read()) for m, d, content in members(body, wanted, str(archive), **kw)]
-
-
-class Counted(io.RawIOBase):
-    """A body that counts what was read of it, and can hand out its bytes only up to a
-    point, as a download in progress does."""
-
-    def __init__(self, data):
-        self.data, self.offset = data, 0
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        chunk = self.data[self.offset:self.offset + len(buffer)]
-        buffer[:len(chunk)] = chunk
-        self.offset += len(chunk)
-        return len(chunk)
 
 
 KUBE_NODE = [

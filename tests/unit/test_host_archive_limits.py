@@ -13,7 +13,7 @@ import pytest
 from aks_flex_node.host import ArchiveError
 from aks_flex_node.host import archive as archive_mod
 from aks_flex_node.host.archive import members
-from tests.archive_fixtures import Zeros, tar_gz
+from tests.archive_fixtures import Counted, Zeros, tar_gz
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
@@ -22,22 +22,6 @@ MIB = 1 << 20
 def bin_files(name):
     """containerd's selector: bin/<tool>."""
     return name[4:] if name.startswith("bin/") and "/" not in name[4:] else None
-
-
-class Counted(io.RawIOBase):
-    """A body that counts what was read of it."""
-
-    def __init__(self, data):
-        self.data, self.offset = data, 0
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        chunk = self.data[self.offset:self.offset + len(buffer)]
-        buffer[:len(chunk)] = chunk
-        self.offset += len(chunk)
-        return len(chunk)
 
 
 def read_all(data, wanted=bin_files, **limits):
