@@ -164,6 +164,38 @@ class Emulator:
         """Add an agent pool (cluster_id, name, [type, mode, max_pods, labels, taints]); returns {"id"}."""
         return self.admin("POST", "agentpools", spec)
 
+    def upgrade_pool(self, cluster_id, pool, version):
+        """`az aks nodepool upgrade` as the RP runs it (tests/emulator/pool_operations.py);
+        returns the operation's id for pool_operation()."""
+        return self.admin("POST", "agentpools/upgrade",
+                          {"cluster_id": cluster_id, "pool": pool, "version": version})["operation"]
+
+    def rollback_pool(self, cluster_id, pool):
+        """`az aks nodepool rollback`: each Machine's spec from before the last upgrade; the
+        operation's id."""
+        return self.admin("POST", "agentpools/rollback", {"cluster_id": cluster_id, "pool": pool})["operation"]
+
+    def pool_operation(self, op_id):
+        """{"id", "kind", "pool_id", "version", "status" (InProgress, Succeeded, Failed),
+        "machines": {name: phase}, "error": None or {"code", "message", "machine"}}."""
+        return self.admin("GET", f"agentpools/operations/{op_id}")
+
+    def remove_role_assignments(self, principal_id, scope=None):
+        """Delete the principal's role assignments (at `scope` only, when given) through ARM as
+        the operator, as `az role assignment delete` would; returns how many went."""
+        removed = 0
+        for a in self.state()["role_assignments"]:
+            if a["principal_id"].lower() != principal_id.lower() or (
+                    scope is not None and a["scope"].lower() != scope.lower()):
+                continue
+            status, _, body = self.arm_call(
+                "DELETE", f"{a['scope'].rstrip('/')}/providers/Microsoft.Authorization/roleAssignments/{a['name']}",
+                "2022-04-01")
+            if status not in (200, 204):
+                raise EmulatorError(f"role assignment {a['name']}: DELETE answered {status}: {body}")
+            removed += 1
+        return removed
+
     def mint_token(self, principal_id, audience=constants.AKS_SERVER_APP_ID, lifetime=3600):
         return self.admin("POST", "tokens", {"principal_id": principal_id, "audience": audience,
                                              "lifetime": lifetime})["access_token"]

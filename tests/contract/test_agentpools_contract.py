@@ -127,6 +127,36 @@ def test_delete_machines_is_a_202_long_running_operation(fresh_emulator, node_to
     assert op("OperationStatusResult_GetByAgentPool").check(status, poll) == [] and poll["status"] == "Succeeded"
 
 
+def test_a_drifted_machine_and_a_failed_operation_match_the_schema(fresh_emulator, node_token):
+    """currentOrchestratorVersion from the Node, driftAction Recreate with a driftReason, and a
+    Failed OperationStatusResult with its error (a deleteMachines whose drain a budget blocks)."""
+    emu = fresh_emulator
+    emu.settings(machine_operation_delay=0, pool_drain_timeout=10)
+    emu.arm_call("PUT", f"{POOL}/machines/edge1", API,
+                 {"properties": {"kubernetes": {"orchestratorVersion": C.K8S_VERSION}}}, token=node_token)
+    _, _, creds = emu.arm_call("POST", f"{C.CLUSTER_ID}/listClusterAdminCredential", "2026-08-01")
+    kubeconfig = base64.b64decode(creds["kubeconfigs"][0]["value"]).decode()
+    token = next(line.split()[1] for line in kubeconfig.splitlines() if line.strip().startswith("token:"))
+    status, _, _ = emu.http("POST", f"{emu.apiserver}/api/v1/nodes", {
+        "metadata": {"name": "edge1"}, "status": {"nodeInfo": {"kubeletVersion": "v1.29.9"}}},
+        {"Authorization": f"Bearer {token}"})
+    assert status == 201
+    status, _, got = emu.arm_call("GET", f"{POOL}/machines/edge1", API, token=node_token)
+    assert op("Machines_Get").check(status, got) == []
+    assert got["properties"]["kubernetes"]["currentOrchestratorVersion"] == "1.29.9"
+    assert got["properties"]["status"]["driftAction"] == "Recreate" and got["properties"]["status"]["driftReason"]
+
+    for kind, obj in (("Pod", {"metadata": {"name": "db", "labels": {"app": "db"}}, "spec": {"nodeName": "edge1"}}),
+                      ("PodDisruptionBudget", {"metadata": {"name": "db"},
+                                               "spec": {"selector": {"matchLabels": {"app": "db"}}, "minAvailable": 1}})):
+        emu.admin("POST", "kube/objects", {"cluster_id": C.CLUSTER_ID, "object": {"kind": kind, **obj}})
+    _, headers, _ = emu.arm_call("POST", f"{POOL}/deleteMachines", API, {"machineNames": ["edge1"]})
+    emu.advance_clock(11)
+    status, poll = wait_for(emu, headers["Azure-AsyncOperation"], emu.arm_token())
+    assert op("OperationStatusResult_GetByAgentPool").check(status, poll) == []
+    assert poll["status"] == "Failed" and poll["error"]["code"] == "DrainTimeout"
+
+
 def test_errors_are_arm_error_responses(fresh_emulator, node_token):
     cases = [
         ("AgentPools_Get", "GET", f"{C.CLUSTER_ID}/agentPools/nopool", None, None, 404),

@@ -20,6 +20,13 @@ POST /clusters/upgrade {"cluster_id", "kubernetes_version"}: the control plane m
 POST /resourcegroups   {"name", ["subscription", "location"]}
 POST /agentpools       {"cluster_id", "name", ["type", "mode", "max_pods", "labels", "taints"]}: add an
                        agent pool (type FlexNodes or VirtualMachineScaleSets)
+POST /agentpools/upgrade  {"cluster_id", "pool", "version"}: `az aks nodepool upgrade` as the RP runs it
+                       (pool_operations.py): the pool's Machines one after the other, written, drained,
+                       their Nodes deleted, awaited back at the version -> {"operation": id}
+POST /agentpools/rollback {"cluster_id", "pool"}: `az aks nodepool rollback`: each Machine's spec from
+                       before the last upgrade, the same way -> {"operation": id}
+GET  /agentpools/operations/<id>  {"id", "kind", "pool_id", "version", "status" (InProgress, Succeeded,
+                       Failed), "machines": {name: phase}, "error": null or {"code", "message", "machine"}}
 POST /tokens           {"principal_id", "audience", ["lifetime"]}: mint a token directly
 POST /kube/objects     {"cluster_id", "object"}: put a Pod, PodDisruptionBudget or DaemonSet into that
                        cluster's apiserver stand-in as the controllers would have left it (kube_pods.py);
@@ -36,7 +43,7 @@ DELETE /throttling     refill every bucket and clear the ledger (figures unchang
 
 
 from tests.emulator import clock, constants as c
-from tests.emulator import agentpools, cluster_pki, faults, kube_pods, profiles, throttling
+from tests.emulator import agentpools, cluster_pki, faults, kube_pods, pool_operations, profiles, throttling
 from tests.emulator.httpbase import HttpError, Response
 
 
@@ -89,6 +96,7 @@ def snapshot(app):
             "agentpool_machines": {key: [dict(m) for m in machines.values()]
                                    for key, machines in d["agentpool_machines"].items()},
             "agentpool_operations": list(d["agentpool_operations"].values()),
+            "pool_operations": list(d["pool_operations"].values()),
             # Bootstrap tokens without their secrets (state.json, 0600, has them).
             "bootstrap_tokens": {key: [{k: v for k, v in t.items() if k != "token_secret"} for t in toks.values()]
                                  for key, toks in d["bootstrap_tokens"].items()},
@@ -181,6 +189,14 @@ def handle(app, req):
         return Response.json(201, {"name": name, "bytes": len(data)})
     if route == "agentpools" and method == "POST":
         return _add_agent_pool(app, _object(req))
+    if route in ("agentpools/upgrade", "agentpools/rollback") and method == "POST":
+        return _pool_operation(state, route.split("/")[1], _object(req))
+    if route.startswith("agentpools/operations/") and len(req.segments) == 4 and method == "GET":
+        agentpools.settle(state)
+        op = state.data["pool_operations"].get(req.segments[3])
+        if op is None:
+            raise _bad(f"operation = {req.segments[3]!r}: no such pool operation", 404)
+        return Response.json(200, pool_operations.view(op))
     if route == "resourcegroups" and method == "POST":
         body = _object(req)
         name = body.get("name")
@@ -306,3 +322,29 @@ def _add_agent_pool(app, body):
     pool = state.add_agent_pool(cid, name=name, type=kind, mode=mode, max_pods=max_pods, labels=labels,
                                 taints=taints)
     return Response.json(201, {"id": pool["id"]})
+
+
+def _pool_operation(state, kind, body):
+    """Start a pool upgrade or rollback (pool_operations.py): 400 naming every bad field, 409
+    while the pool has one in progress."""
+    agentpools.settle(state)  # an operation that is due ends before another may start
+    wanted = {"cluster_id", "pool", "version"} if kind == "upgrade" else {"cluster_id", "pool"}
+    problems = [f"{key}: unknown key" for key in sorted(set(body) - wanted)]
+    cid, name = body.get("cluster_id"), body.get("pool")
+    cl = state.cluster(cid) if isinstance(cid, str) else None
+    if cl is None:
+        problems.append(f"cluster_id = {cid!r}: expected the resource ID of an existing cluster")
+    pool = state.data["agent_pools"].get(agentpools.pool_id(cl["id"], name).lower()) \
+        if cl is not None and isinstance(name, str) else None
+    if cl is not None and pool is None:
+        problems.append(f"pool = {name!r}: expected the name of an agent pool of {cl['name']}")
+    if kind == "upgrade" and not isinstance(body.get("version"), str):
+        problems.append(f"version = {body.get('version')!r}: expected MAJOR.MINOR.PATCH such as '1.31.2'")
+    if problems:
+        raise _bad("; ".join(problems))
+    try:
+        op = (pool_operations.upgrade(state, pool, body["version"]) if kind == "upgrade"
+              else pool_operations.rollback(state, pool))
+    except pool_operations.Refused as e:
+        raise _bad(str(e), e.status)
+    return Response.json(202, {"operation": op["id"]})

@@ -17,13 +17,23 @@ What the RP does that the spec leaves open, and what the emulator chooses (each 
 "assumption" where it is used): the answer on a pool that is not FlexNodes, unknown machine
 names in deleteMachines, the error for an api-version without these operations, who may poll
 an operation, the bootstrap token's lifetime and groups. The deletion itself follows upstream's
-description of the RP (Azure/AKSFlexNode docs/design/agent-and-aks.md, pkg/daemon/
-repave_reconciler.go): the Node is tainted kubernetes.azure.com/flex-node-deleting=true:NoSchedule
-and cordoned first, then the Node and the Machine go.
+description of the RP (Azure/AKSFlexNode docs/design/agent-and-aks.md, "Reset And Delete Flow"
+and "Failure Handling"; pkg/daemon/repave_reconciler.go): the Node is cordoned, tainted
+kubernetes.azure.com/flex-node-deleting=true:NoSchedule and drained, then the Machine goes; the
+Node stays for the agent, which confirms the Machine's 404, cleans its host and deletes its Node
+where it may. The RP's fallback ("fallback cleanup for stale, NotReady nodes", "delayed enough
+to avoid racing a healthy but slow agent") deletes a tainted Node whose Machine is gone once no
+status write has reached it for `stale_node_grace` seconds of the emulator's clock (assumption:
+the apiserver stand-in has no node lifecycle controller to turn it NotReady, so the kubelet's
+silence is the NotReady; the delay is not documented).
+
+Pool upgrades and rollbacks (the RP writing each Machine, draining and deleting its Node) are
+pool_operations.py's; the pool's orchestratorVersion is its own (state.add_agent_pool).
 
 The apiserver stand-in reads what listBootstrapData mints (state.data["bootstrap_tokens"]) and
-may call `find_machine` (the CSR approver's "Machine <node> exists") and `settle` (to finish
-deletions that are due before it answers).
+may call `find_machine` (the CSR approver's "Machine <node> exists"); `settle` runs on every
+ARM and apiserver request (server.py) and moves what is due: Machine operations, pool upgrades
+and rollbacks, the stale-Node fallback.
 """
 
 import base64
@@ -34,7 +44,7 @@ import string
 import urllib.parse
 import uuid
 
-from tests.emulator import arm, clock, cluster_pki
+from tests.emulator import arm, clock, cluster_pki, pool_operations
 from tests.emulator import constants as c
 from tests.emulator.httpbase import Response
 from tests.emulator.state import iso
@@ -50,7 +60,7 @@ FLEX = "FlexNodes"
 # (azure-mgmt-containerservice 41.9.0b1's default, which has agent_pools.list_bootstrap_data).
 FLEX_API_VERSIONS = ("2026-05-02-preview", "2026-06-02-preview", "2026-08-02-preview")
 
-# Component versions listBootstrapData hands out besides Kubernetes (the cluster's): the values
+# Component versions listBootstrapData hands out besides Kubernetes (the pool's): the values
 # of the spec example AgentPoolsListBootstrapData.json. The artifact mirror serves any version.
 CONTAINERD_VERSION = "2.0.4"
 RUNC_VERSION = "1.2.1"
@@ -89,23 +99,73 @@ def find_machine(state, cluster_id, name):
 
 
 def settle(state):
-    """Finish the Machine operations whose time has come."""
+    """Move what is due: Machine operations whose time has come (a deleteMachines once its
+    Nodes are drained), pool upgrades and rollbacks, the RP's stale-Node fallback."""
     now = clock.now()
     for op in state.data["agentpool_operations"].values():
-        if op["status"] != "InProgress" or now < op["done_at"]:
+        if op["status"] != "InProgress":
+            continue
+        machines = state.data["agentpool_machines"].get(op["pool_id"].lower(), {})
+        if op["kind"] == "delete" and not _drained(state, op, machines, now):
+            continue
+        if now < op["done_at"]:
             continue
         op["status"], op["end"] = "Succeeded", now
-        machines = state.data["agentpool_machines"].get(op["pool_id"].lower(), {})
         for name in op["machines"]:
             record = machines.get(name)
             if record is None:
                 continue
             if op["kind"] == "delete":
-                state.data["nodes"].get(record["cluster_id"].lower(), {}).pop(record["node_name"], None)
-                del machines[name]
+                del machines[name]  # the Machine only: its Node is the agent's to delete
             elif record["operation"] == op["id"]:
                 record["provisioning_state"] = "Succeeded"
         state.mark_dirty()
+    pool_operations.advance(state)
+    _clean_stale_nodes(state, now)
+
+
+def _drained(state, op, machines, now):
+    """One drain pass over a deleteMachines' Nodes: True when none holds an evictable pod.
+    Past `pool_drain_timeout` the operation fails and the Machines stay (assumption: the
+    spec's drainTimeoutInMinutes is written for upgrades; the RP's delete is not documented)."""
+    blocked = {}
+    for name in op["machines"]:
+        record = machines.get(name)
+        nodes = state.data["nodes"].get(record["cluster_id"].lower(), {}) if record else {}
+        if record is not None and record["node_name"] in nodes:
+            blocked.update(pool_operations.drain(state, record["cluster_id"], record["node_name"]))
+    if not blocked:
+        return True
+    if now - op["start"] >= state.settings["pool_drain_timeout"]:
+        op["status"], op["end"] = "Failed", now
+        op["error"] = {"code": "DrainTimeout",
+                       "message": f"the Nodes of {', '.join(op['machines'])} could not be drained within "
+                                  f"{state.settings['pool_drain_timeout']:g} s: "
+                                  + ", ".join(f"{pod} ({why})" for pod, why in sorted(blocked.items()))}
+        for name in op["machines"]:
+            if name in machines:
+                machines[name]["provisioning_state"] = "Failed"
+        state.mark_dirty()
+    return False
+
+
+def _clean_stale_nodes(state, now):
+    """The RP's fallback: a Node tainted for deletion whose Machine is gone goes once its
+    kubelet has been silent (no status write) for `stale_node_grace` seconds."""
+    grace = state.settings["stale_node_grace"]
+    for cluster_key, nodes in state.data["nodes"].items():
+        for name, node in list(nodes.items()):
+            taints = (node.get("spec") or {}).get("taints") or []
+            if not any(t.get("key") == DELETING_TAINT["key"] for t in taints):
+                continue
+            if find_machine(state, cluster_key, name) is not None:
+                continue
+            if "_statusAt" not in node:  # a Node saved before the emulator kept the time
+                node["_statusAt"] = now
+                state.mark_dirty()
+            if now - node["_statusAt"] >= grace:
+                del nodes[name]
+                state.mark_dirty()
 
 
 # -- rendering ----------------------------------------------------------------------------
@@ -113,9 +173,9 @@ def settle(state):
 
 def pool_properties(state, pool):
     """ManagedClusterAgentPoolProfileProperties of a pool (also the cluster's agentPoolProfiles)."""
-    version = state.cluster(pool["cluster_id"])["kubernetes_version"]
     props = {"type": pool["type"], "mode": pool["mode"], "maxPods": pool["max_pods"],
-             "orchestratorVersion": version, "currentOrchestratorVersion": version,
+             "orchestratorVersion": pool["orchestrator_version"],
+             "currentOrchestratorVersion": pool["current_orchestrator_version"],
              "provisioningState": "Succeeded", "powerState": {"code": "Running"}}
     if pool["type"] != FLEX:
         # VMSS-only fields: a FlexNodes pool has no VMs (upstream rejects them on create:
@@ -144,14 +204,27 @@ def _current_version(cluster_version, wanted):
 
 
 def render_machine(state, record):
+    """currentOrchestratorVersion, "the version of Kubernetes running on the machine" (the
+    spec): the emulator reads it as the kubelet version its registered Node reports
+    (status.nodeInfo.kubeletVersion, without the "v"), and computes it from orchestratorVersion
+    while no Node is registered. driftAction is Recreate, with a driftReason, while that Node
+    runs another version than the Machine wants (assumption: the spec says only "deviated from
+    its expected state ... requiring corrective action"; for a FlexNode the correction is the
+    agent's repave)."""
     props = copy.deepcopy(record["spec"])
     kube = props.setdefault("kubernetes", {})
-    kube["currentOrchestratorVersion"] = _current_version(
-        state.cluster(record["cluster_id"])["kubernetes_version"], kube.get("orchestratorVersion"))
+    wanted = kube.get("orchestratorVersion")
+    node = state.data["nodes"].get(record["cluster_id"].lower(), {}).get(record["node_name"])
+    running = pool_operations.kubelet_version(node)
+    kube["currentOrchestratorVersion"] = running or _current_version(
+        state.cluster(record["cluster_id"])["kubernetes_version"], wanted)
     kube["nodeName"] = record["node_name"]
     props.setdefault("mode", "User")
-    props.update(provisioningState=record["provisioning_state"], eTag=record["etag"],
-                 status={"creationTimestamp": iso(record["created"]), "driftAction": "Synced"})
+    status = {"creationTimestamp": iso(record["created"]), "driftAction": "Synced"}
+    if running and wanted and not pool_operations.runs(node, wanted):
+        status.update(driftAction="Recreate",
+                      driftReason=f"orchestratorVersion {wanted} is wanted; the node runs {running}")
+    props.update(provisioningState=record["provisioning_state"], eTag=record["etag"], status=status)
     return {"id": record["id"], "name": record["name"], "type": MACHINE_TYPE, "properties": props}
 
 
@@ -312,7 +385,8 @@ def _list_bootstrap_data(app, req, caller, cl, pool):
             "targetAgentPoolName": pool["name"],
             "bootstrapToken": {"token": f"{token['token_id']}.{token['token_secret']}"},
         },
-        "components": {"kubernetes": cl["kubernetes_version"], "containerd": CONTAINERD_VERSION,
+        # The pool's version: a node joining after a pool upgrade joins at the pool's.
+        "components": {"kubernetes": pool["orchestrator_version"], "containerd": CONTAINERD_VERSION,
                        "runc": RUNC_VERSION},
         "networking": networking,
         "node": {
@@ -363,8 +437,10 @@ def _check_machine_body(body):
         problems.append(f"properties.tags = {tags!r}: expected an object of string values")
     if problems:
         arm.fail(400, "InvalidParameter", "; ".join(problems) + ".")
-    if "kubernetes" in spec:
-        spec["kubernetes"] = kube
+    # Stored as rendered (an empty kubernetes profile, mode User: render_machine's defaults),
+    # so that a client PUTting back what it GOT changes no writable field and keeps the eTag.
+    spec["kubernetes"] = kube
+    spec.setdefault("mode", "User")
     return spec
 
 
@@ -393,9 +469,9 @@ def _start_operation(app, req, caller, pool, kind, names):
     op_id = str(uuid.uuid4())
     now = clock.now()
     state.data["agentpool_operations"][op_id] = {
-        "id": op_id, "kind": kind, "pool_id": pool["id"], "machines": list(names), "status": "InProgress",
-        "start": now, "done_at": now + state.settings["machine_operation_delay"], "end": None,
-        "started_by": caller.principal_id}
+        "id": op_id, "kind": kind, "pool_id": pool["id"], "cluster_id": pool["cluster_id"], "machines": list(names),
+        "status": "InProgress", "start": now, "done_at": now + state.settings["machine_operation_delay"],
+        "end": None, "error": None, "started_by": caller.principal_id}
     state.mark_dirty()
     base, version = f"{arm.base_url(req)}{pool['id']}", urllib.parse.quote(req.q("api-version"))
     headers = {"Azure-AsyncOperation": f"{base}/operations/{op_id}?api-version={version}"}
@@ -424,9 +500,16 @@ def _put_machine(app, req, caller, cl, pool, name):
         machines[name] = record
         status, record["provisioning_state"] = 201, "Creating"
     else:
-        if record["spec"] != spec:  # eTag: "changes when the resource is updated" (the spec)
+        changed = record["spec"] != spec
+        if changed:  # eTag: "changes when the resource is updated" (the spec)
             record["spec"], record["etag"], record["updated"] = spec, str(uuid.uuid4()), now
-        status, record["provisioning_state"] = 200, "Updating"
+        status = 200
+        if changed or not pool_operations.machine_busy(state, record):
+            record["provisioning_state"] = "Updating"
+        else:  # a status-only write amid the RP's upgrade: provisioningState stays the RP's
+            _, headers = _start_operation(app, req, caller, pool, "put", [name])
+            settle(state)
+            return Response.json(status, render_machine(state, record), headers)
     record["operation"], headers = _start_operation(app, req, caller, pool, "put", [name])
     settle(state)
     return Response.json(status, render_machine(state, record), headers)
@@ -448,13 +531,11 @@ def _delete_machines(app, req, caller, cl, pool):
     for name in dict.fromkeys(names):
         machines[name]["provisioning_state"] = "Deleting"
         node = nodes.get(machines[name]["node_name"])
-        if node is not None:  # cordon and taint now; the Node and the Machine go when the operation ends
-            spec = node.setdefault("spec", {})
-            spec["unschedulable"] = True
-            taints = spec.setdefault("taints", [])
+        if node is not None:  # cordon and taint now; settle drains, and the Machine goes when the operation ends
+            taints = node.setdefault("spec", {}).setdefault("taints", [])
             if not any(t.get("key") == DELETING_TAINT["key"] for t in taints):
                 taints.append(dict(DELETING_TAINT))
-            node["metadata"]["resourceVersion"] = state.next_resource_version()
+            pool_operations.cordon(state, node)
     _, headers = _start_operation(app, req, caller, pool, "delete", list(dict.fromkeys(names)))
     settle(state)
     return Response.empty(202, headers)
@@ -485,4 +566,6 @@ def _operation(app, req, caller, pid, op_id, results):
             "startTime": iso(op["start"]), "resourceId": target}
     if op["end"]:
         body["endTime"] = iso(op["end"])
+    if op.get("error"):
+        body["error"] = {"code": op["error"]["code"], "message": op["error"]["message"]}
     return Response.json(200, body)

@@ -21,7 +21,9 @@ discovery (kube_discovery.py) does not list is 404 / 405.
 
 A created Node records who created it and how ("_registeredBy": the user name, for an Entra
 token the principal's object ID; "_authenticatedBy": x509, bootstrap-token, static-token or
-azure-token): emulator bookkeeping, visible in /_emulator/state and never in API answers.
+azure-token) and when its status was last written ("_statusAt", the emulator's clock: at
+registration and on every nodes/status write, the kubelet's heartbeat): emulator bookkeeping,
+visible in /_emulator/state and never in API answers.
 """
 
 import copy
@@ -218,6 +220,7 @@ def _create(app, nodes, req, user):
     # Emulator bookkeeping, visible in /_emulator/state.
     node["_registeredBy"] = user.name
     node["_authenticatedBy"] = user.kind
+    node["_statusAt"] = clock.now()
     nodes[name] = node
     app.state.mark_dirty()
     return Response.json(201, public(node))
@@ -294,6 +297,9 @@ def _modify(app, nodes, node, req, user, status_only):
     result = copy.deepcopy(node)
     if status_only:
         result["status"] = updated.get("status", {})
+        # When its kubelet last reported (emulator clock): the RP's stale-Node fallback reads
+        # it (pool_operations.py). Bookkeeping, like _registeredBy.
+        result["_statusAt"] = clock.now()
     else:
         result["spec"] = updated.get("spec", {})
         meta = updated.get("metadata", {})

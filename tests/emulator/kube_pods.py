@@ -66,7 +66,7 @@ def list_objects(app, cl, info, req):
              and kube_select.matches(labels, o["metadata"].get("labels"))
              and kube_select.fields_match(fields, o)]
     if info.resource == "poddisruptionbudgets":
-        items = [_with_status(app, cl, o) for o in items]
+        items = [_with_status(app.state, cl["id"], o) for o in items]
     _, api_version = next(v for k, v in KINDS.items() if v[0] == info.resource)
     return Response.json(200, {"kind": _LIST_KIND[info.resource], "apiVersion": api_version,
                                "metadata": {"resourceVersion": str(app.state.data["resource_version"])},
@@ -78,7 +78,7 @@ def get_object(app, cl, info):
     if obj is None:
         raise not_found(info.resource, info.name)
     if info.resource == "poddisruptionbudgets":
-        obj = _with_status(app, cl, obj)
+        obj = _with_status(app.state, cl["id"], obj)
     return Response.json(200, obj)
 
 
@@ -108,7 +108,6 @@ def _admit_node_pod(user, pod, operation):
 
 def evict(app, cl, info, req, user):
     pods = app.state.kube_objects(cl["id"], "pods")
-    key = f"{info.namespace}/{info.name}"
     try:
         body = req.json()
     except Exception:
@@ -118,19 +117,32 @@ def evict(app, cl, info, req, user):
     meta = body.get("metadata") or {}
     if meta.get("name") != info.name:
         raise status(400, "BadRequest", "name in URL does not match name in Eviction object")
-    pod = pods.get(key)
+    pod = pods.get(f"{info.namespace}/{info.name}")
     if pod is None:
         raise not_found("pods", info.name)
     _admit_node_pod(user, pod, "evict")
+    evict_pod(app.state, cl["id"], info.namespace, info.name)
+    return Response.json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+
+
+def evict_pod(state, cluster_id, namespace, name):
+    """The Eviction subresource's decision for one pod (the apiserver's and the AKS RP's drain,
+    pool_operations.py): the pod goes, or an HttpError (404, 429 a budget refuses, 500 more than
+    one budget) and nothing changes."""
+    pods = state.kube_objects(cluster_id, "pods")
+    key = f"{namespace}/{name}"
+    pod = pods.get(key)
+    if pod is None:
+        raise not_found("pods", name)
     phase = (pod.get("status") or {}).get("phase")
     if phase not in ("Pending", "Succeeded", "Failed"):
-        budgets = [b for b in app.state.kube_objects(cl["id"], "poddisruptionbudgets").values()
-                   if b["metadata"]["namespace"] == info.namespace and _selects(b, pod)]
+        budgets = [b for b in state.kube_objects(cluster_id, "poddisruptionbudgets").values()
+                   if b["metadata"]["namespace"] == namespace and _selects(b, pod)]
         if len(budgets) > 1:
             raise status(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
                                                "eviction subresource does not support.")
         if budgets:
-            budget = _with_status(app, cl, budgets[0])
+            budget = _with_status(state, cluster_id, budgets[0])
             if budget["status"].get("disruptionsAllowed", 0) <= 0:
                 raise status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption "
                                                      "budget.", {"causes": [{
@@ -143,11 +155,27 @@ def evict(app, cl, info, req, user):
             stored = budgets[0]
             stored["status"] = budget["status"]
             stored["status"]["disruptionsAllowed"] -= 1
-            stored["status"].setdefault("disruptedPods", {})[info.name] = iso_seconds(clock.now())
-            stored["metadata"]["resourceVersion"] = app.state.next_resource_version()
+            stored["status"].setdefault("disruptedPods", {})[name] = iso_seconds(clock.now())
+            stored["metadata"]["resourceVersion"] = state.next_resource_version()
     del pods[key]
-    app.state.mark_dirty()
-    return Response.json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+    state.mark_dirty()
+
+
+def drainable_pods(state, cluster_id, node_name):
+    """The pods `kubectl drain --ignore-daemonsets` evicts from a Node, as "namespace/name"
+    (k8s.io/kubectl/pkg/drain/filters.go): those bound to it, less DaemonSet pods and mirror
+    pods (annotation kubernetes.io/config.mirror)."""
+    names = []
+    for key, pod in sorted(state.kube_objects(cluster_id, "pods").items()):
+        meta = pod.get("metadata") or {}
+        if (pod.get("spec") or {}).get("nodeName") != node_name:
+            continue
+        if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+            continue
+        if any(ref.get("kind") == "DaemonSet" and ref.get("controller") for ref in meta.get("ownerReferences") or []):
+            continue
+        names.append(key)
+    return names
 
 
 def _selects(budget, pod):
@@ -159,14 +187,14 @@ def _running(pod):
     return (pod.get("status") or {}).get("phase", "Running") == "Running"
 
 
-def _with_status(app, cl, budget):
+def _with_status(state, cluster_id, budget):
     """The budget with a status: the one put in, or what the disruption controller computes
     (pkg/controller/disruption/disruption.go) for integer or percentage minAvailable/maxUnavailable
     over the running pods it selects (expected = selected pods: the emulator has no scale
     subresources to read)."""
     if budget.get("status"):
         return budget
-    pods = [p for p in app.state.kube_objects(cl["id"], "pods").values()
+    pods = [p for p in state.kube_objects(cluster_id, "pods").values()
             if p["metadata"]["namespace"] == budget["metadata"]["namespace"] and _selects(budget, p)]
     healthy, expected = sum(1 for p in pods if _running(p)), len(pods)
     spec = budget.get("spec") or {}

@@ -83,6 +83,19 @@ SETTINGS = {
     # Seconds a Machine PUT or a deleteMachines stays InProgress before it succeeds (AKS
     # documents no figure; > 0 makes clients poll the Azure-AsyncOperation URL).
     "machine_operation_delay": (0.5, float),
+    # The RP's drain of a Node (a pool upgrade or rollback, deleteMachines), in seconds of the
+    # emulator's clock: evictions a PodDisruptionBudget refuses are retried until then, and the
+    # operation fails after. The spec's AgentPoolUpgradeSettings.drainTimeoutInMinutes: "If this
+    # time is exceeded, the upgrade fails. If not specified, the default is 30 minutes."
+    "pool_drain_timeout": (1800.0, float),
+    # How long a pool upgrade or rollback waits for a Machine's Node to come back Ready at the
+    # wanted version after the RP deleted it (emulator clock); then the operation fails, naming
+    # the Machine. AKS documents no figure (assumption).
+    "pool_node_timeout": (600.0, float),
+    # The RP's fallback cleanup (pool_operations.py): a Node tainted for deletion whose Machine
+    # is gone is deleted once no status write has reached it for this long (emulator clock).
+    # Upstream says only "delayed enough to avoid racing a healthy but slow agent" (assumption).
+    "stale_node_grace": (600.0, float),
     # What listBootstrapData gives as node.kubelet.clusterFQDN: "host-port" is 127.0.0.1:<port>
     # of the cluster's kube-apiserver stand-in (reachable; the spec's field is a plain string);
     # "fqdn" is the cluster's properties.fqdn, host only, as AKS gives it (unreachable here).

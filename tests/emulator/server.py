@@ -16,8 +16,8 @@ import threading
 import time
 import traceback
 
-from tests.emulator import (admin, apiserver, arm, artifacts, cluster_pki, constants, entra, faults, himds,
-                            profiles, state as state_mod, throttling, tls)
+from tests.emulator import (admin, agentpools, apiserver, arm, artifacts, cluster_pki, constants, entra, faults,
+                            himds, profiles, state as state_mod, throttling, tls)
 from tests.emulator.httpbase import DROP, EmulatorServer, HttpError, Response
 
 
@@ -166,6 +166,10 @@ class App:
         return "entra"
 
     def _dispatch(self, server, req):
+        if req.kind in ("arm", "apiserver"):
+            # The RP's work moves with the world's requests, no thread of its own: Machine
+            # operations, pool upgrades, the stale-Node fallback (agentpools.settle).
+            agentpools.settle(self.state)
         if req.kind == "admin":
             return admin.handle(self, req)
         if req.kind == "artifacts":

@@ -90,9 +90,14 @@ class State:
             for key, value in profiles.default_settings().items():
                 self.data["settings"].setdefault(key, value)
             self.data.setdefault("throttling", throttling.new_world())
-            for key in ("agent_pools", "agentpool_machines", "agentpool_operations", "bootstrap_tokens",
-                        "kube_objects"):
+            for key in ("agent_pools", "agentpool_machines", "agentpool_operations", "pool_operations",
+                        "bootstrap_tokens", "kube_objects"):
                 self.data.setdefault(key, {})
+            for pool in self.data["agent_pools"].values():  # a world saved before pools had versions
+                version = self.data["clusters"][pool["cluster_id"].lower()]["kubernetes_version"]
+                pool.setdefault("orchestrator_version", version)
+                pool.setdefault("current_orchestrator_version", pool["orchestrator_version"])
+                pool.setdefault("last_upgrade", None)
 
     def forget_himds_keys(self):
         """Delete outstanding HIMDS challenge key files: secrets on disk, not to be left behind."""
@@ -131,11 +136,13 @@ class State:
                 "role_assignments": {},
                 "nodes": {},
                 # Agent pools (agentpools.py): pools by pool id (lower), their Machines by pool id
-                # (lower) then name, the Machine operations by id, and the bootstrap tokens
-                # listBootstrapData minted, by cluster id (lower) then token id.
+                # (lower) then name, the Machine operations by id, the pool upgrades and rollbacks
+                # (pool_operations.py) by id, and the bootstrap tokens listBootstrapData minted, by
+                # cluster id (lower) then token id.
                 "agent_pools": {},
                 "agentpool_machines": {},
                 "agentpool_operations": {},
+                "pool_operations": {},
                 "bootstrap_tokens": {},
                 # Namespaced Kubernetes objects of the apiserver stand-in (pods, poddisruptionbudgets,
                 # daemonsets, events) by cluster id (lower), resource, then "namespace/name".
@@ -234,8 +241,9 @@ class State:
     def add_agent_pool(self, cluster_id, *, name, type="VirtualMachineScaleSets", mode=None, max_pods=110,
                        labels=None, taints=None):
         """An agent pool of an existing cluster; the record agentpools.py renders. Orchestrator
-        version: the cluster's. A VMSS pool is the System pool, any other a User pool, unless
-        `mode` says otherwise."""
+        version: the cluster's at creation, the pool's own from then on (a control-plane-only
+        upgrade leaves it; a pool upgrade, pool_operations.py, moves it). A VMSS pool is the
+        System pool, any other a User pool, unless `mode` says otherwise."""
         cl = self.cluster(cluster_id)
         pid = f"{cl['id']}/agentPools/{name}"
         self.data["agent_pools"][pid.lower()] = {
@@ -243,6 +251,13 @@ class State:
             "name": name,
             "cluster_id": cl["id"],
             "type": type,
+            "orchestrator_version": cl["kubernetes_version"],
+            # What the pool runs: the wanted version once an upgrade or rollback has finished.
+            "current_orchestrator_version": cl["kubernetes_version"],
+            # The last upgrade, what a rollback restores (pool_operations.py): None, or
+            # {"operation", "version" (the pool's before it), "specs" (each Machine's spec
+            # before it was written), "ended", "rolled_back"}.
+            "last_upgrade": None,
             "mode": mode or ("System" if type == "VirtualMachineScaleSets" else "User"),
             "max_pods": max_pods,
             "labels": dict(labels or {}),

@@ -148,6 +148,11 @@ def unbootstrap_and_compare(cell, result, before_raw):
     for label, paths in (("left", added), ("changed", changed), ("removed", removed)):
         if paths:
             problems.append(f"{label} {len(paths)}: {', '.join(paths[:4])}")
+    if cell.mode == "agent-pool":
+        # deleteMachines leaves the Node to the agent, whose kubelet identity may not delete
+        # it; the RP's fallback removes it once its kubelet has been silent for
+        # stale_node_grace (tests/emulator/agentpools.py): move the emulator's clock there.
+        cell.emu.advance_clock(cell.emu.state()["settings"]["stale_node_grace"])
     state = cell.emu.state()
     principals = {m["principal_id"] for m in state["machines"]}
     if state["machines"] or pool_machines(state) or state["nodes"].get(C.CLUSTER_NAME) or any(

@@ -263,6 +263,10 @@ def run(n, parallel=None, settings=None, keep=False, progress=None, parent=None,
             left = leftovers(emu.state(), set(names), set())
             result.kept_by_nodes = {"pool_machines": left["pool_machines"], "nodes": left["nodes"]}
             result.operator_cleanup_seconds = operator_delete_machines(emu, left["pool_machines"])
+            # deleteMachines leaves each Node to its agent (upstream docs/design/agent-and-aks.md);
+            # these kubelets are stopped, so the RP's fallback removes the Nodes once they have
+            # been silent for stale_node_grace: the emulator's clock moves there.
+            emu.advance_clock(world["settings"]["stale_node_grace"])
             result.leftovers = leftovers(emu.state(), set(names), set())
         else:
             result.leftovers = leftovers(emu.state(), set(names), set(principals.values()))

@@ -298,8 +298,11 @@ def test_machine_list_pages(fresh_emulator, node_token):
 # -- deleteMachines -----------------------------------------------------------------------
 
 
-def test_delete_machines_taints_then_deletes_node_and_machine(fresh_emulator, node_token):
+def test_delete_machines_taints_the_node_then_deletes_the_machine_only(fresh_emulator, node_token):
+    """The Node stays for the agent (upstream docs/design/agent-and-aks.md, "Reset And Delete
+    Flow"); the RP's fallback for stale Nodes is tests/unit/test_emulator_pool_operations.py's."""
     emu = fresh_emulator
+    emu.settings(stale_node_grace=10 * OPERATION_DELAY)  # no fallback within this test
     kube = admin_kube(emu)
     for name in ("edge1", "edge2"):
         assert kube("POST", "/api/v1/nodes", {"metadata": {"name": name}, "spec": {}})[0] == 201
@@ -308,10 +311,9 @@ def test_delete_machines_taints_then_deletes_node_and_machine(fresh_emulator, no
     status, headers, _ = emu.arm_call("POST", f"{POOL}/deleteMachines", API, {"machineNames": ["edge1"]})
     assert status == 202 and headers["Location"] and headers["Azure-AsyncOperation"]
 
+    taint = {"key": "kubernetes.azure.com/flex-node-deleting", "value": "true", "effect": "NoSchedule"}
     _, _, node = kube("GET", "/api/v1/nodes/edge1")
-    assert {"key": "kubernetes.azure.com/flex-node-deleting", "value": "true", "effect": "NoSchedule"} \
-        in node["spec"]["taints"]
-    assert node["spec"]["unschedulable"] is True
+    assert taint in node["spec"]["taints"] and node["spec"]["unschedulable"] is True
     _, _, machine = emu.arm_call("GET", f"{POOL}/machines/edge1", API, token=node_token)
     assert machine["properties"]["provisioningState"] == "Deleting"  # tainted, Machine still there
     owner = emu.arm_token()
@@ -321,7 +323,8 @@ def test_delete_machines_taints_then_deletes_node_and_machine(fresh_emulator, no
     assert operation(emu, headers["Azure-AsyncOperation"], owner)["status"] == "Succeeded"
     assert emu.http("GET", headers["Location"], headers={"Authorization": f"Bearer {owner}"})[0] == 204
     assert emu.arm_call("GET", f"{POOL}/machines/edge1", API, token=node_token)[0] == 404
-    assert kube("GET", "/api/v1/nodes/edge1")[0] == 404
+    _, _, node = kube("GET", "/api/v1/nodes/edge1")  # the agent's to delete, still marked
+    assert taint in node["spec"]["taints"] and node["spec"]["unschedulable"] is True
     assert kube("GET", "/api/v1/nodes/edge2")[2].get("spec", {}).get("taints") is None  # the other one untouched
     assert [m["name"] for m in emu.arm_call("GET", f"{POOL}/machines", API, token=node_token)[2]["value"]] == ["edge2"]
 
