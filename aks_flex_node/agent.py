@@ -69,6 +69,9 @@ class PassOutcome:
     joining: bool = False
     cluster: str = ""
     machine: str = ""
+    # agent-pool mode: what the pass decided about its Machine (pool_follow.Decision.to_dict),
+    # kept by the parent for the passes that do not read the Machine
+    machine_goal: Optional[dict] = None
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self)).encode()
@@ -96,9 +99,13 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
     idle = False  # said "nothing to watch" already: say it once, not every interval
     repaired = frozenset()  # (phase, action) the previous pass applied
     unknown = UnknownLog()
+    goal_seen = None  # the last pass's decision about its Machine (agent-pool mode)
     while not stop.is_set():
         full = last_full is None or clock() - last_full >= cloud_interval
-        outcome = run_in_child(lambda: one_pass(load_config, host, full, repaired))
+        outcome = run_in_child(lambda: one_pass(load_config, host, full, repaired, goal_seen))
+        if outcome.machine_goal != goal_seen and outcome.machine_goal is not None:
+            log.info("machine goal: %s", outcome.machine_goal.get("reason"))
+        goal_seen = outcome.machine_goal
         if outcome.kind is PassKind.CONFIG:
             # Nothing to do until an operator fixes the file; say so and wait.
             log.error("%s", outcome.message)
@@ -137,10 +144,13 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
     return int(ExitCode.OK)
 
 
-def one_pass(load_config, host, full, repaired):
-    """One pass, in the child: its PassOutcome for the parent (see run)."""
-    from aks_flex_node import lifecycle, operations
+def one_pass(load_config, host, full, repaired, goal_seen=None):
+    """One pass, in the child: its PassOutcome for the parent (see run). `goal_seen`: the
+    previous pass's decision about the Machine, which a pass that does not read it keeps."""
+    from aks_flex_node import lifecycle, operations, pool_follow
+    from aks_flex_node.config.joinmode import JoinMode
     from aks_flex_node.engine.runner import CHANGED, UNCHANGED
+    from aks_flex_node.steps.kinds import open_ledger
 
     try:
         cfg = load_config()
@@ -162,10 +172,21 @@ def one_pass(load_config, host, full, repaired):
                 f"the configuration names another join than the one this node holds ({elsewhere} as "
                 f"{former.get('machine_name', cfg.machine_name)}): run `dpkg-reconfigure aks-flex-node` "
                 "(or `aks-flex-node unbootstrap`, then `bootstrap`) to move it"), int(ExitCode.USAGE))
-        result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full,
-                                                recent_repairs=repaired, refresh_pool=joining, agent=True)
+        goal, decision = None, None
+        if cfg.mode is JoinMode.AGENT_POOL and former and not joining:
+            # The pool's Machine is the goal; the RP's Node signal the go-ahead (pool_follow.py).
+            decision = pool_follow.observe(cfg, host, open_ledger(host), full)
+            if decision is not None and decision.verdict is pool_follow.Verdict.RESET:
+                return _leave_for_pool(cfg, host, decision)
+            if decision is not None and decision.verdict in (pool_follow.Verdict.APPLY,
+                                                             pool_follow.Verdict.ACKNOWLEDGE):
+                goal = decision.goal
+        seen = decision.to_dict() if decision is not None else goal_seen
+        result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full and goal is None,
+                                                recent_repairs=repaired, refresh_pool=joining, agent=True,
+                                                machine_goal=goal, goal_seen=seen)
     except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.
-        return PassOutcome(PassKind.FAILED, exc.message, int(exc.exit_code))
+        return PassOutcome(PassKind.FAILED, exc.message, int(exc.exit_code), machine_goal=goal_seen)
     phases = tuple(PhaseSeen(p.name, p.status == CHANGED, p.status in (CHANGED, UNCHANGED) or bool(p.unknown),
                              tuple((u["what"], u["reason"]) for u in p.unknown)) for p in result.phases)
     kind, message, exit_code = PassKind.OK, "", int(ExitCode.OK)
@@ -173,7 +194,25 @@ def one_pass(load_config, host, full, repaired):
         kind, message = PassKind.FAILED, str(getattr(result.error, "message", result.error))
         exit_code = int(getattr(result.error, "exit_code", ExitCode.FAILED))
     return PassOutcome(kind, message, exit_code, applied=tuple(sorted(result.applied)), phases=phases,
-                       joining=joining, cluster=cfg.cluster.name, machine=cfg.machine_name)
+                       joining=joining, cluster=cfg.cluster.name, machine=cfg.machine_name, machine_goal=seen)
+
+
+def _leave_for_pool(cfg, host, decision):
+    """The pool deleted this node's Machine and marked its Node: clean the host as unbootstrap
+    does (no drain: the RP drained it), leave the package installed and the join off (a
+    new join is an operator's: `dpkg-reconfigure aks-flex-node` or `aks-flex-node bootstrap`)."""
+    from aks_flex_node import lifecycle, operations
+
+    log.warning("leaving the cluster: %s", decision.reason)
+    lifecycle.clear_pending(host)
+    result, _summary = operations.unbootstrap(cfg, host, lock_wait=0.0, drain=False, reason=decision.reason)
+    for item in result.leftovers:
+        log.warning("left behind: %s", item)
+    if not result.ok:
+        return PassOutcome(PassKind.FAILED, "leaving the cluster as the pool asked left behind: "
+                           + "; ".join(str(item) for item in result.leftovers),
+                           int(ExitCode.FAILED), machine_goal=decision.to_dict())
+    return PassOutcome(PassKind.OK, f"left the cluster: {decision.reason}", machine_goal=decision.to_dict())
 
 
 def run_in_child(work):

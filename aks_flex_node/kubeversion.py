@@ -127,16 +127,18 @@ def skew_problem(kubelet, apiserver):
     return None
 
 
-def check_target(current, target, apiserver):
+def check_target(current, target, apiserver, rollback_allowed=False):
     """Raise SkewError when moving the kubelet from `current` to `target` is not allowed
     against `apiserver`; return True when there is something to do, False when the kubelet
-    is already at `target`."""
+    is already at `target`. `rollback_allowed`: the cluster asked for an older minor (an AKS
+    node pool rollback: learn.microsoft.com/azure/aks/roll-back-node-pool-version), which the policy against the
+    API server still bounds."""
     problem = skew_problem(target, apiserver)
     if problem:
         raise SkewError(f"refusing to upgrade the kubelet from {current} to {target}: {problem}",
                         remedy="upgrade the cluster's control plane first, or choose a version the policy "
                         "allows (kubernetes.io/releases/version-skew-policy/#kubelet)")
-    if target.minor_line < current.minor_line:
+    if target.minor_line < current.minor_line and not rollback_allowed:
         raise SkewError(f"refusing to move the kubelet from {current} down to {target}: downgrading a kubelet "
                         "to an older minor version is not supported",
                         remedy=f"choose a version of minor {current.major}.{current.minor} or newer")

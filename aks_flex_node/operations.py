@@ -16,9 +16,11 @@ from aks_flex_node.health import node_report
 from aks_flex_node.engine.undo import run_undo
 from aks_flex_node.errors import ExitCode, FlexNodeError
 from aks_flex_node.kube import drain as node_drain
+from aks_flex_node.steps import machine_goal as goals
 from aks_flex_node.steps.context import JoinContext, JoinOptions
 from aks_flex_node.steps.join_data import JoinData
 from aks_flex_node.steps.kinds import open_ledger
+from aks_flex_node.steps.kubelet_upgrade import UpgradeFailed
 from aks_flex_node.steps.kubernetes import UPGRADE_ID, UPGRADE_KIND, active_version
 from aks_flex_node.steps.migrations import bootstrap_migrations
 from aks_flex_node.steps.workflow import bootstrap_steps, unbootstrap_steps
@@ -46,7 +48,8 @@ def _identity(cfg):
 
 def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
               ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False,
-              recent_repairs=frozenset(), refresh_pool=True, agent=False, upgrade=False):
+              recent_repairs=frozenset(), refresh_pool=True, agent=False, upgrade=False,
+              machine_goal=None, goal_seen=None):
     """Join this node. Returns (RunResult, status dict).
 
     `local_only` (the agent's frequent pass) converges the host but asks Azure nothing: the
@@ -58,6 +61,10 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     new token (each listBootstrapData call mints one: steps/agentpool.py).
     `agent`: the run is the agent's (a kubelet upgrade waits for upgrade_window); `upgrade`:
     `aks-flex-node upgrade` asked for it (a version whose upgrade failed is tried again).
+    `machine_goal` (agent-pool mode; pool_follow.py): the Machine goal the pool's operation
+    released this node to apply; recorded as being applied before the run changes anything,
+    as applied when it succeeds, as failed when its kubelet did not come Ready. `goal_seen`:
+    what the agent last decided about its Machine (pool_follow.Decision.to_dict), for status.
     """
     with RunLock(host, "bootstrap", wait=lock_wait):
         ledger = open_ledger(host)
@@ -65,7 +72,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         ctx = JoinContext(cfg, host, ledger, data=JoinData.restore(cached), options=JoinOptions(
             ignore_preflight_errors=frozenset(ignore_preflight_errors),
             local_only=bool(cached) and local_only, dry_run=dry_run,
-            refresh_pool=refresh_pool, agent=agent, upgrade=upgrade,
+            refresh_pool=refresh_pool, agent=agent, upgrade=upgrade, machine_goal=machine_goal,
             upgrade_started=lambda node, previous, target: node_report.report_upgrade_started(
                 lambda: node_report.node_client(cfg, host), node, cfg.machine_name, previous, target)))
         if ctx.local_only:
@@ -80,7 +87,14 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
                     **{"pass": "local" if ctx.local_only else "full"})
         if not dry_run:
             _mark_running(status_file, base)
+        if machine_goal is not None and not dry_run:
+            goals.begin(ledger, machine_goal)  # what the run owes, before the change
         result = runner.run()
+        if machine_goal is not None and not dry_run:
+            if result.ok:
+                goals.finish(ledger)
+            elif isinstance(result.error, UpgradeFailed):
+                goals.fail(ledger, result.error.message)
         phases = [p.to_dict() for p in result.phases if p.name in runner.selected]
         code = exit_code_of(result.error)
         if result.ok:
@@ -97,6 +111,8 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             owed=[o.to_dict() for o in ctx.obligations()], kubelet=_kubelet_summary(host, ledger))
         if result.migrations:
             summary["migrations"] = [m.to_dict() for m in result.migrations]
+        if goal_seen is not None:
+            summary["machine_goal"] = goal_seen
         if not dry_run:
             if result.ok or ledger.entries():
                 joined = dict(_identity(cfg), subscription_id=cfg.subscription_id,
@@ -114,12 +130,13 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
 
 
 def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progress=None,
-                lock_wait=0.0, drain=True, drain_timeout=None):
+                lock_wait=0.0, drain=True, drain_timeout=None, reason=None):
     """Undo what the ledger says we did, phase by phase in reverse order, best effort.
     Returns (UndoResult, status dict); the result's leftovers are what could not be
     removed (each with why), for the operator to clean; a dry run changes nothing.
     `drain`: cordon and drain the Node before it is deleted, within `drain_timeout` seconds
-    (default drain.UNBOOTSTRAP_TIMEOUT); False: the Node is deleted with its pods."""
+    (default drain.UNBOOTSTRAP_TIMEOUT); False: the Node is deleted with its pods. `reason`:
+    why the node leaves when an operator did not ask (the pool deleted its Machine), for status."""
     started = time.time()
     with RunLock(host, "unbootstrap", wait=lock_wait):
         ledger = open_ledger(host)
@@ -141,6 +158,8 @@ def unbootstrap(cfg, host, *, keep_cloud_resources=False, dry_run=False, progres
             finished=st.now_iso(), duration_s=round(time.time() - started, 3),
             exit_code=int(ExitCode.OK if result.ok else ExitCode.FAILED),
             phases=[p.to_dict() for p in result.phases], leftovers=leftovers, kept=result.kept)
+        if reason:
+            summary["reason"] = reason
         if not dry_run:
             status_file.write(summary)
             status_file.complete()

@@ -117,6 +117,11 @@ def print_status(status, pending):
         elif upgrade:
             line += f"; upgrade to {upgrade.get('to')} under way ({upgrade.get('phase')} step)"
         print(line)
+    goal = status.get("machine_goal")
+    if goal:  # agent-pool mode: what the agent made of its Machine (pool_follow.py)
+        print(f"machine goal: {goal.get('verdict')}: {goal.get('reason')}")
+    if status.get("reason"):
+        print(f"why: {status['reason']}")
     for phase in status.get("phases", []):
         took = f"{phase['duration_s']:6.1f}s" if phase.get("duration_s") is not None else ""
         print(f"  {phase['name']:<18} {phase['status']:<10} {took:>7}  {phase.get('message', '')}")

@@ -260,23 +260,43 @@ def _object(value, what, field):
 
 @dataclasses.dataclass(frozen=True)
 class Machine:
+    """A Machine as the 2026-05-02-preview schema has it (MachineProperties,
+    MachineKubernetesProfile, MachineStatus): the RP's goal state for this node. `etag` is
+    properties.eTag, which upstream treats as the settings version (Azure/AKSFlexNode
+    docs/design/agent-and-aks.md: "The ETag is the drift key"; status-only updates do not
+    change it). `current_orchestrator_version` is the version the machine runs, as the RP
+    reads it; `drift_action` (Synced | Recreate) and `drift_reason` the RP's verdict."""
+
     id: str
     name: str
     orchestrator_version: Optional[str]
     provisioning_state: Optional[str]
     etag: Optional[str]
     spec: dict  # properties.kubernetes: the fields machine_body sends
+    current_orchestrator_version: Optional[str] = None
+    drift_action: Optional[str] = None
+    drift_reason: Optional[str] = None
 
 
 def parse_machine(doc, what):
     """The Machine of a machines GET answer, the values we use checked (cloud_values)."""
     props = _object(doc.get("properties") or {}, what, "properties")
     kubernetes = _object(props.get("kubernetes") or {}, what, "properties.kubernetes")
+    status = _object(props.get("status") or {}, what, "properties.status")
     version = kubernetes.get("orchestratorVersion")
+    current = kubernetes.get("currentOrchestratorVersion")
     max_pods = kubernetes.get("maxPods")
-    for field in ("provisioningState", "eTag"):
-        if props.get(field) is not None and not isinstance(props.get(field), str):
-            raise BadCloudValue(what, f"properties.{field}", props.get(field), "a string")
+    for field, value in (("provisioningState", props.get("provisioningState")), ("eTag", props.get("eTag")),
+                         ("status.driftAction", status.get("driftAction")),
+                         ("status.driftReason", status.get("driftReason"))):
+        if value is not None and not isinstance(value, str):
+            raise BadCloudValue(what, f"properties.{field}", value, "a string")
+    labels, taints = kubernetes.get("nodeLabels"), kubernetes.get("nodeTaints")
+    if labels is not None and not (isinstance(labels, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
+        raise BadCloudValue(what, "properties.kubernetes.nodeLabels", labels, EXPECTED["node_labels"])
+    if taints is not None and not (isinstance(taints, list) and all(isinstance(t, str) for t in taints)):
+        raise BadCloudValue(what, "properties.kubernetes.nodeTaints", taints, EXPECTED["node_taints"])
     return Machine(id=cloud_values.resource_id(doc.get("id"), what, "id"),
                    name=cloud_values.resource_name(doc.get("name"), what, "name"),
                    orchestrator_version=None if version is None else cloud_values.kube_version(
@@ -284,7 +304,10 @@ def parse_machine(doc, what):
                    provisioning_state=props.get("provisioningState"), etag=props.get("eTag"),
                    spec=dict({k: kubernetes.get(k) for k in MACHINE_SPEC_FIELDS},
                              maxPods=None if max_pods is None else cloud_values.count(
-                                 max_pods, what, "properties.kubernetes.maxPods", 1, 250)))
+                                 max_pods, what, "properties.kubernetes.maxPods", 1, 250)),
+                   current_orchestrator_version=None if current is None else cloud_values.kube_version(
+                       current, what, "properties.kubernetes.currentOrchestratorVersion"),
+                   drift_action=status.get("driftAction"), drift_reason=status.get("driftReason"))
 
 
 def machine_path(cluster_ref, pool, name):

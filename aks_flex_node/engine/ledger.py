@@ -36,6 +36,9 @@ MAX_BYTES = 16 << 20
 
 
 # What we write (_empty, record, owe, set_joined); `version` is checked on its own.
+# A Machine goal (steps/machine_goal.py: new in issue 31, all optional).
+_GOAL = Obj(required={"etag": TEXT, "values": Obj(optional={
+    "kubernetes_version": TEXT, "max_pods": INTEGER, "node_labels": ListOf(TEXT), "node_taints": ListOf(TEXT)})})
 ENTRY = Obj(required={"step": TEXT, "kind": TEXT, "id": TEXT},
             optional={"backup": TEXT, "mode": INTEGER, "url": TEXT, "members": ListOf(TEXT),
                       "previous": TEXT, "link": TEXT, "version": TEXT, "from": TEXT, "to": TEXT,
@@ -44,7 +47,9 @@ ENTRY = Obj(required={"step": TEXT, "kind": TEXT, "id": TEXT},
                       # what was at a file's path before us, besides `backup` and `mode`
                       # (steps/tracked.py keep_original; new in issue 26, all optional, so
                       # a ledger an earlier release wrote reads as it did)
-                      "owner": ListOf(INTEGER), "original": TEXT, "original_link": TEXT})
+                      "owner": ListOf(INTEGER), "original": TEXT, "original_link": TEXT,
+                      "applied": _GOAL, "applying": _GOAL, "failed": Obj(required={"etag": TEXT, "why": TEXT}),
+                      "released": FLAG})
 LEDGER_SHAPE = Obj(optional={
     "version": INTEGER, "entries": ListOf(ENTRY),
     "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),

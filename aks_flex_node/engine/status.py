@@ -45,7 +45,10 @@ STATUS_SHAPE = Obj(required={"state": TEXT}, optional={
     "owed": ListOf(Obj(required={"kind": TEXT, "unit": TEXT, "reason": TEXT})),
     "leftovers": ListOf(TEXT), "kept": ListOf(TEXT),
     "kubelet": Obj(optional={"active": _MAYBE_TEXT, "upgrade": Obj(optional={
-        "from": TEXT, "to": TEXT, "phase": TEXT, "why": TEXT})})})
+        "from": TEXT, "to": TEXT, "phase": TEXT, "why": TEXT})}),
+    "machine_goal": Obj(required={"verdict": TEXT, "reason": TEXT},
+                        optional={"etag": TEXT, "version": _MAYBE_TEXT, "code": TEXT}),
+    "reason": TEXT})
 
 
 def now_iso(ts=None):

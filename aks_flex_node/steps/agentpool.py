@@ -28,6 +28,7 @@ from aks_flex_node.config.joinmode import TLS_BOOTSTRAP, JoinMode
 from aks_flex_node.engine.step import CREDENTIALS, IDENTITY, Plan, Step
 from aks_flex_node.engine.undo import Leftover
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.steps import machine_goal
 from aks_flex_node.steps.kinds import Kind, open_ledger
 from aks_flex_node.steps.kubelet_auth import bootstrap_token_of, token_needed
 
@@ -61,18 +62,31 @@ def overlay(cfg, pool_values):
     return values
 
 
+def join_overlay(cfg, pool_values, goal):
+    """(values, origin): the config keys a join takes from its pool: the bootstrap data's,
+    under the Machine goal in force (steps/machine_goal.py; the RP's settings for this node),
+    each only where the operator set nothing (labels and taints merged)."""
+    if goal is None:
+        return overlay(cfg, pool_values), ORIGIN_POOL
+    return (overlay(cfg, dict(pool_values, **goal.values)),
+            f"{ORIGIN_POOL} and machine {cfg.machine_name} (eTag {goal.etag})")
+
+
 def recorded_overlay(cfg, host):
     """`cfg` with the pool's values the last full run recorded laid over it (agent-pool
     mode; `config show`), or `cfg` itself when there are none."""
     if cfg.mode is not JoinMode.AGENT_POOL:
         return cfg
     try:
-        values = (open_ledger(host).joined.get("facts") or {}).get("pool_values")
+        ledger = open_ledger(host)
+        values = (ledger.joined.get("facts") or {}).get("pool_values")
+        goal = machine_goal.in_force(ledger)
     except FlexNodeError:
         return cfg  # an unreadable ledger: status says so; the configuration stands
-    if not values:
+    if not values and goal is None:
         return cfg
-    return cfg.overlaid(overlay(cfg, values), f"{ORIGIN_POOL} (agent pool {cfg.agent_pool}, last full run)")
+    values, origin = join_overlay(cfg, values or {}, goal)
+    return cfg.overlaid(values, f"{origin} (agent pool {cfg.agent_pool}, last full run)")
 
 
 class JoinFactsStep(Step):
@@ -101,9 +115,12 @@ class JoinFactsStep(Step):
             data.bootstrap_token = token
             if token_needed(ctx.host, data.ca_pem):
                 _require_accepted(ctx, token)
-        values = overlay(cfg, data.pool_values)
-        effective = cfg.overlaid(values, ORIGIN_POOL)  # a pool value we cannot use fails here, naming it
-        data.config_overlay = (values, ORIGIN_POOL)
+        # The Machine's settings (the RP's goal for this node) over the pool's bootstrap data;
+        # what the operator set still wins (pool_follow.py tells the agent of a pin).
+        goal = machine_goal.in_force(ctx.ledger) if ctx.mode is JoinMode.AGENT_POOL else None
+        values, origin = join_overlay(cfg, data.pool_values, goal)
+        effective = cfg.overlaid(values, origin)  # a pool value we cannot use fails here, naming it
+        data.config_overlay = (values, origin)
         data.kubernetes_version = effective.kubernetes_version
         if not data.kubernetes_version:
             raise FlexNodeError("kubernetes_version: no version: the pool gave none and the configuration sets none",
@@ -222,7 +239,11 @@ class ApiServerStep(Step):
 class MachineStep(Step):
     """The node's Machine in its FlexNodes pool (Machines_Get / Machines_CreateOrUpdate),
     registered before the kubelet starts, as the upstream agent does (Azure/AKSFlexNode
-    pkg/aksmachine/ensure.go): absent, it is created; with another spec, PUT again."""
+    pkg/aksmachine/ensure.go): absent, it is created; with another spec, PUT again on an
+    operator's run (bootstrap, reconfigure, upgrade) or before the node has applied a goal.
+    After that the Machine is the RP's goal state: the agent never writes its own settings over
+    it, it follows it (pool_follow.py). The settings the node runs are recorded as applied
+    (steps/machine_goal.py) when the Machine matches them."""
 
     name = "machine"
     help = "register this node as a Machine of its FlexNodes agent pool (agent-pool mode)"
@@ -246,11 +267,25 @@ class MachineStep(Step):
             return plan
         if machine.spec != wanted["properties"]["kubernetes"]:
             differs = sorted(k for k, v in wanted["properties"]["kubernetes"].items() if machine.spec.get(k) != v)
+            if ctx.options.agent and machine_goal.applied(ctx.ledger) is not None:
+                plan.noop_reason = (f"machine {name} asks for other settings ({', '.join(differs)}; eTag "
+                                    f"{machine.etag}): applied when the pool's operation releases the node")
+                return plan
             plan.add(f"update machine {name} in agent pool {cfg.agent_pool}",
                      f"its {', '.join(differs)} differ(s) from this node's", lambda: self._put(ctx, wanted))
             return plan
+        if ctx.options.machine_goal is None and not ctx.dry_run:
+            self._applied(ctx, machine)
         plan.noop_reason = f"machine {name} registered in agent pool {cfg.agent_pool} (eTag {machine.etag})"
         return plan
+
+    def _applied(self, ctx, machine):
+        """The Machine matches this node's settings: that goal is the node's (a Machine whose
+        settings cannot be read as a goal is reported, not recorded)."""
+        goal = machine_goal.goal_of(machine, f"ARM machines GET {ctx.config.agent_pool}/{machine.name}")
+        current = machine_goal.applied(ctx.ledger)
+        if current != goal:
+            machine_goal.set_applied(ctx.ledger, goal)
 
     def _put(self, ctx, body, created=False):
         from aks_flex_node.azure import agentpool
@@ -261,7 +296,9 @@ class MachineStep(Step):
                               agentpool.machine_path(cfg.cluster, cfg.agent_pool, cfg.machine_name),
                               pool=cfg.agent_pool, machine=cfg.machine_name,
                               cluster=cfg.cluster.resource_id)
-        agentpool.put_machine(ctx.azure.clients, cfg.cluster, cfg.agent_pool, cfg.machine_name, body)
+        machine = agentpool.put_machine(ctx.azure.clients, cfg.cluster, cfg.agent_pool, cfg.machine_name, body)
+        if ctx.options.machine_goal is None:
+            self._applied(ctx, machine)
 
     def plan_undo(self, ctx, entries):
         plan = Plan()
@@ -269,15 +306,22 @@ class MachineStep(Step):
             if entry["kind"] == Kind.AGENTPOOL_MACHINE:
                 plan.add(f"delete machine {entry['machine']} of agent pool {entry['pool']}",
                          f"registered by the {self.name} phase", lambda e=entry: self._delete(ctx, e))
+            elif entry["kind"] == Kind.MACHINE_GOAL:
+                plan.add("forget the Machine settings this node applied", "the node is leaving",
+                         lambda: machine_goal.forget(ctx.ledger))
         return plan
 
     def _delete(self, ctx, entry):
         """deleteMachines when this identity may call it; the Flex Node Agent Role does not
-        grant it, so usually the operator must: say exactly what to run."""
+        grant it, so usually the operator must: say exactly what to run. A Machine already
+        gone (the pool's delete-machines, which is how a reset reaches the node) is done."""
         from aks_flex_node.azure import agentpool, permissions
 
         ref = parse_cluster_id(entry["cluster"])
         pool, name = entry["pool"], entry["machine"]
+        if agentpool.get_machine(ctx.azure.clients, ref, pool, name) is None:
+            ctx.ledger.forget(Kind.AGENTPOOL_MACHINE, entry["id"])
+            return []
         if permissions.may_delete_machines(ctx.azure.clients, ref, pool):
             agentpool.delete_machines(ctx.azure.clients, ref, pool, [name])
             ctx.ledger.forget(Kind.AGENTPOOL_MACHINE, entry["id"])

@@ -24,6 +24,10 @@ class JoinOptions(RunOptions):
     # Told (the Node as read, from, to) when a kubelet upgrade is recorded as begun: operations.py
     # sends the event (health/ is a layer above steps/); it never raises.
     upgrade_started: Optional[Callable] = None
+    # agent-pool mode: the Machine goal (steps/machine_goal.Goal) the pool's operation released
+    # this node to apply (pool_follow.py): its Node was deleted by the RP, which cordoned and
+    # drained it first; the kubelet moves without a cordon or drain of ours
+    machine_goal: Optional[object] = None
 
 
 class JoinContext(Context):

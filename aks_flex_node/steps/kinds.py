@@ -28,6 +28,7 @@ class Kind(WordEnum):
     STAGING = "staging"  # the temp files an install is staging, with the run's pid
     AGENTPOOL_MACHINE = "agentpool_machine"  # the node's Machine in its FlexNodes pool
     KUBELET_UPGRADE = "kubelet_upgrade"  # an upgrade under way, or the last that failed
+    MACHINE_GOAL = "machine_goal"  # the Machine settings applied, being applied, last failed
 
 
 KINDS = frozenset(Kind)

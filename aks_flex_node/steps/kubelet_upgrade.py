@@ -69,6 +69,15 @@ class KubeletUpgradeStep(Step):
                      lambda: carry_on(ctx, dict(record)))
             return plan
         active, wanted = kb.active_version(ctx.host), kb.wanted_version(ctx)
+        if ctx.options.machine_goal is not None and active and wanted and active != wanted:
+            # The pool's operation released the node: the RP cordoned and drained it and
+            # deleted its Node (pool_follow.py); the kubelet registers it again.
+            plan.add(f"move the kubelet from {active} to {wanted} as the pool asks (machine eTag "
+                     f"{ctx.options.machine_goal.etag}): switch, restart, wait for the Node Ready "
+                     f"(up to {ctx.config.node_ready_timeout} s)",
+                     "the pool's operation deleted the Node after its cordon and drain",
+                     lambda: start_released(ctx, active, wanted))
+            return plan
         if active is None or not wanted or active == wanted or not kb.node_registered(ctx):
             plan.noop_reason = f"kubelet {active or wanted or 'version not known yet'} is the active version"
             return plan
@@ -125,6 +134,20 @@ def start(ctx, current, target):
     # upgrade has told it already.
     if ctx.options.upgrade_started is not None:
         ctx.options.upgrade_started(node, current, target)
+    return carry_on(ctx, record, client)
+
+
+def start_released(ctx, current, target):
+    """The pool's move (upgrade or rollback) of a node its operation released: no cordon or
+    drain of ours (the RP's: Azure/AKSFlexNode docs/design/agent-and-aks.md, "Ownership"), and
+    an older minor allowed, since the cluster asked for it; the policy against the API server
+    still holds."""
+    client = _client(ctx)
+    apiserver = parse_version(client.server_version(), "the API server's gitVersion")
+    check_target(parse_version(current, "the active kubelet version"),
+                 parse_version(target, "the wanted kubelet version"), apiserver, rollback_allowed=True)
+    record = {"from": current, "to": target, "phase": SWITCH, "cordoned": False, "released": True}
+    _save(ctx, **record)
     return carry_on(ctx, record, client)
 
 

@@ -6,11 +6,11 @@ credential: what we check is exactly what the kubelet will be able to do.
 """
 
 from aks_flex_node import kube
-from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step
+from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step, restart
 from aks_flex_node.engine.undo import Leftover
 from aks_flex_node.errors import TemporaryError
 from aks_flex_node.kube import drain
-from aks_flex_node.steps import kubelet_auth
+from aks_flex_node.steps import kubelet_auth, kubernetes
 from aks_flex_node.steps.arc import ArcModeOnly
 from aks_flex_node.steps.kinds import Kind
 
@@ -87,6 +87,14 @@ class NodeReadyStep(Step):
                 if kube.is_ready(node):
                     plan.noop_reason = f"node {name} is Ready"
                     return plan
+            elif ctx.options.machine_goal is not None and kubernetes.node_registered(ctx):
+                # The pool's operation deleted the Node; a kubelet registers its Node once, at
+                # start (kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go
+                # registerWithAPIServer): one that had nothing else to change is restarted.
+                plan.add(f"restart the kubelet so that it registers node {name} again, then wait up to "
+                         f"{ctx.config.node_ready_timeout} s for it to be Ready",
+                         "the pool's operation deleted the Node", lambda: self._register_again(ctx))
+                return plan
         plan.add(f"wait up to {ctx.config.node_ready_timeout} s for node {name} to be Ready",
                  "it is not Ready yet", lambda: self._wait(ctx))
         return plan
@@ -96,6 +104,12 @@ class NodeReadyStep(Step):
         auth = kubelet_auth.for_mode(ctx.mode)
         _wait_ready(ctx, name, timeout, auth)
         ctx.ledger.record(self.name, Kind.NODE, name, **auth.record)
+
+    def _register_again(self, ctx):
+        ctx.ledger.owe([restart("kubelet", "its Node was deleted by the pool's operation")])
+        ctx.host.systemd.restart("kubelet")
+        ctx.ledger.settle("restart", "kubelet")
+        self._wait(ctx)
 
     def plan_undo(self, ctx, entries):
         plan = Plan()

@@ -165,7 +165,7 @@ def test_the_kinds_are_the_words_earlier_releases_wrote():
     """The ledger on disk keeps its words: a Kind is written, shown and compared as one."""
     assert sorted(KINDS) == [
         "agentpool_machine", "arc_machine", "artifact", "azcmagent_config", "azcmagent_connection",
-        "cache_dir", "dir", "file", "kubelet_upgrade", "node", "parent_dir", "role_assignment",
+        "cache_dir", "dir", "file", "kubelet_upgrade", "machine_goal", "node", "parent_dir", "role_assignment",
         "staging", "state_dir", "unit"]
     assert (json.dumps(Kind.ROLE_ASSIGNMENT), f"{Kind.FILE}", str(Kind.UNIT)) == (
         '"role_assignment"', "file", "unit")
