@@ -412,3 +412,20 @@ def test_a_delete_that_cannot_drain_fails_and_keeps_the_machine(emu, node_token,
     assert body["status"] == "Failed" and body["error"]["code"] == "DrainTimeout"
     assert machine(emu, "edge1", node_token)["properties"]["provisioningState"] == "Failed"
     assert pods(emu) == ["db"]
+
+
+def test_the_heartbeat_is_bookkeeping_never_in_api_answers(emu, kube):
+    register(kube, "edge1")
+    assert "_statusAt" in node_of(emu, "edge1")  # /_emulator/state shows it
+    _, _, node = kube("GET", "/api/v1/nodes/edge1")
+    assert not [k for k in node if k.startswith("_")]
+
+
+def test_the_rp_settings_defaults_and_validation(emu):
+    settings = emu.state()["settings"]
+    assert (settings["pool_drain_timeout"], settings["pool_node_timeout"], settings["stale_node_grace"]) == \
+        (1800.0, 600.0, 600.0)
+    status, _, body = emu.http("POST", f"{emu.admin_url}/settings", {"pool_drain_timeout": -1, "stale_node_grace": "x"})
+    assert status == 400
+    assert "pool_drain_timeout = -1: expected a non-negative number" in body["error"]
+    assert "stale_node_grace = 'x': expected a non-negative number" in body["error"]
