@@ -267,6 +267,9 @@ def _died(status):
 def _log_pass(outcome, full):
     """A journal line for a pass that changed something (the runner logged each action);
     a converged node's passes stay quiet."""
+    if outcome.phases is None:  # no bootstrap ran: the node left as its pool asked
+        log.info("%s", outcome.message)
+        return
     changed = [phase.name for phase in outcome.phases if phase.changed]
     if outcome.joining:
         log.info("joined %s as %s; keeping the node converged", outcome.cluster, outcome.machine)

@@ -25,7 +25,10 @@ PASS_FAILED = "FlexNodePassFailed"
 REPAIR_DID_NOT_STICK = "FlexNodeRepairDidNotStick"
 CREDENTIAL_EXPIRING = "FlexNodeCredentialExpiring"
 UPGRADE_ROLLED_BACK = "FlexNodeKubeletUpgradeRolledBack"
-TYPES = (PASS_FAILED, REPAIR_DID_NOT_STICK, CREDENTIAL_EXPIRING, UPGRADE_ROLLED_BACK)
+# Agent-pool mode: the node cannot follow its Machine (pool_follow.py: a role lost, a pin, a
+# goal that failed, a value it refuses); waiting for the pool's signal is no problem.
+MACHINE_GOAL_BLOCKED = "FlexNodeMachineGoalBlocked"
+TYPES = (PASS_FAILED, REPAIR_DID_NOT_STICK, CREDENTIAL_EXPIRING, UPGRADE_ROLLED_BACK, MACHINE_GOAL_BLOCKED)
 
 # A credential nobody on the node renews is reported this long before it expires: a week,
 # so an operator has a working week to renew it (cert-manager's default renewBefore is a
@@ -135,13 +138,26 @@ def _upgrade(summary):
     return _condition(UPGRADE_ROLLED_BACK, False, "NoFailedUpgrade", "no kubelet upgrade has failed")
 
 
+def _machine_goal(summary):
+    goal = summary.get("machine_goal")
+    if not isinstance(goal, dict):
+        return None  # not agent-pool mode, or nothing read yet: not known
+    if goal.get("verdict") == "blocked":
+        return _condition(MACHINE_GOAL_BLOCKED, True, camel(goal.get("code") or "blocked"),
+                          f"this node cannot follow its Machine: {goal.get('reason')}; it keeps the version it "
+                          "runs; on the node: aks-flex-node status, journalctl -u aks-flex-node-agent")
+    return _condition(MACHINE_GOAL_BLOCKED, False, camel(goal.get("verdict")),
+                      f"this node follows its Machine: {goal.get('reason')}")
+
+
 def conditions_of(summary, lifetimes, now, current=()):
     """The FlexNode conditions for the Node: `summary` is the run's (status.json), `lifetimes`
     health/credentials.lifetimes() or None when not read, `now` an aware datetime, `current`
     the Node's status.conditions now. A type whose facts are unknown keeps its current
     condition (or is left out); lastTransitionTime is kept while the status is the same."""
     summary = summary if isinstance(summary, dict) else {}
-    wanted = [_pass_failed(summary), _repair(summary), _credentials(lifetimes, now), _upgrade(summary)]
+    wanted = [_pass_failed(summary), _repair(summary), _credentials(lifetimes, now), _upgrade(summary),
+              _machine_goal(summary)]
     by_type = {c.get("type"): c for c in current if isinstance(c, dict)}
     stamp = _iso(now)
     out = []

@@ -261,13 +261,19 @@ class MachineStep(Step):
         name = cfg.machine_name
         wanted = agentpool.machine_body(cfg)
         machine = agentpool.get_machine(ctx.azure.clients, cfg.cluster, cfg.agent_pool, name)
+        following = ctx.options.agent and machine_goal.applied(ctx.ledger) is not None
+        if machine is None and following:
+            # Gone after the join: the pool deletes a Machine to take the node out; the agent
+            # never registers it again behind the pool's back (pool_follow.py decides).
+            plan.noop_reason = f"machine {name} is gone from agent pool {cfg.agent_pool}: the pool decides"
+            return plan
         if machine is None:
             plan.add(f"register machine {name} in agent pool {cfg.agent_pool}", "it is not registered",
                      lambda: self._put(ctx, wanted, created=True))
             return plan
         if machine.spec != wanted["properties"]["kubernetes"]:
             differs = sorted(k for k, v in wanted["properties"]["kubernetes"].items() if machine.spec.get(k) != v)
-            if ctx.options.agent and machine_goal.applied(ctx.ledger) is not None:
+            if following:
                 plan.noop_reason = (f"machine {name} asks for other settings ({', '.join(differs)}; eTag "
                                     f"{machine.etag}): applied when the pool's operation releases the node")
                 return plan

@@ -86,6 +86,18 @@ def test_an_upgrade_rolled_back():
     assert [(e.type, e.reason) for e in events] == [("Warning", "KubeletUpgradeRolledBack")]
 
 
+def test_a_node_that_cannot_follow_its_machine_says_why_and_waiting_is_no_problem():
+    lost = dict(summary(), machine_goal={"verdict": "blocked", "code": "auth",
+                                         "reason": "machine n1 of agent pool flex cannot be read: 403"})
+    cond = by_type(hc.conditions_of(lost, [], NOW))[hc.MACHINE_GOAL_BLOCKED]
+    assert cond["status"] == "True" and cond["reason"] == "Auth" and "403" in cond["message"]
+    waiting = dict(summary(), machine_goal={"verdict": "wait", "reason": "the pool has not released the node"})
+    cond = by_type(hc.conditions_of(waiting, [], NOW))[hc.MACHINE_GOAL_BLOCKED]
+    assert cond["status"] == "False" and cond["reason"] == "Wait"
+    # Arc mode (no Machine): the type is not sent at all.
+    assert hc.MACHINE_GOAL_BLOCKED not in by_type(hc.conditions_of(summary(), [], NOW))
+
+
 def test_transition_time_moves_only_when_the_status_changes():
     current = [{"type": hc.PASS_FAILED, "status": "True", "reason": "KubeletFailed",
                 "lastTransitionTime": EARLIER, "lastHeartbeatTime": EARLIER},
@@ -101,7 +113,8 @@ def test_transition_time_moves_only_when_the_status_changes():
 def test_every_reason_is_camel_case_and_every_true_message_says_what_to_do():
     cases = [FAILED, summary("failed", [{"name": "a-b", "status": "failed"}], {"error": "repair-did-not-stick"}),
              summary("failed", [], {"error": "upgrade-failed"},
-                     upgrade={"from": "1", "to": "2", "phase": "failed"}), summary()]
+                     upgrade={"from": "1", "to": "2", "phase": "failed"}), summary(),
+             dict(summary(), machine_goal={"verdict": "blocked", "code": "pinned", "reason": "a pin"})]
     for case in cases:
         for cond in hc.conditions_of(case, [lifetime(1), lifetime(0.1, True)], NOW):
             assert CAMEL.fullmatch(cond["reason"]), cond
