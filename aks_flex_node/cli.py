@@ -217,13 +217,17 @@ def cmd_config(args):
 
 
 def cmd_upgrade(args):
-    from aks_flex_node import operations
+    from aks_flex_node import operations, pool_follow
     from aks_flex_node.commands import upgrade
 
     cfg = load_config(args)
     host = _make_host(args)
     json_out = getattr(args, "json", False)
-    plan = upgrade.plan(cfg, host, args.to)
+    # Agent-pool mode: a node that follows its Machine moves to the Machine's settings.
+    goal, to = pool_follow.goal_to_apply(cfg, host), args.to
+    if goal is not None and to is None and not cfg.is_set("kubernetes_version"):
+        to = goal.version
+    plan = upgrade.plan(cfg, host, to)
     if args.dry_run or not plan.runs:
         if json_out:
             _print_json(plan.to_dict())
@@ -239,8 +243,9 @@ def cmd_upgrade(args):
     # The run is a bootstrap with the target as kubernetes_version: the kubernetes phase
     # installs it side by side, the kubelet-upgrade phase switches (steps/kubelet_upgrade.py).
     if not cfg.kubernetes_version:
-        cfg = cfg.overlaid({"kubernetes_version": str(plan.target)}, "upgrade --to" if args.to else "the API server")
-    result, summary = operations.bootstrap(cfg, host, lock_wait=args.wait_lock, upgrade=True,
+        cfg = cfg.overlaid({"kubernetes_version": str(plan.target)}, "upgrade --to" if args.to else
+                           "the Machine" if goal is not None else "the API server")
+    result, summary = operations.bootstrap(cfg, host, lock_wait=args.wait_lock, upgrade=True, machine_goal=goal,
                                            progress=None if json_out else output.PhasePrinter())
     summary["upgrade"] = {k: v for k, v in plan.to_dict().items() if k in ("node", "apiserver", "kubelet", "target")}
     if json_out:

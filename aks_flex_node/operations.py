@@ -49,7 +49,7 @@ def _identity(cfg):
 def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
               ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False,
               recent_repairs=frozenset(), refresh_pool=True, agent=False, upgrade=False,
-              machine_goal=None, goal_seen=None):
+              machine_goal=None, released=False, goal_seen=None):
     """Join this node. Returns (RunResult, status dict).
 
     `local_only` (the agent's frequent pass) converges the host but asks Azure nothing: the
@@ -61,9 +61,10 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     new token (each listBootstrapData call mints one: steps/agentpool.py).
     `agent`: the run is the agent's (a kubelet upgrade waits for upgrade_window); `upgrade`:
     `aks-flex-node upgrade` asked for it (a version whose upgrade failed is tried again).
-    `machine_goal` (agent-pool mode; pool_follow.py): the Machine goal the pool's operation
-    released this node to apply; recorded as being applied before the run changes anything,
-    as applied when it succeeds, as failed when its kubelet did not come Ready. `goal_seen`:
+    `machine_goal` (agent-pool mode; pool_follow.py): the Machine goal this run applies;
+    recorded as being applied before the run changes anything, as applied when it succeeds, as
+    failed when its kubelet did not come Ready; `released`: the pool's operation deleted the
+    Node after its own cordon and drain (no drain of ours). `goal_seen`:
     what the agent last decided about its Machine (pool_follow.Decision.to_dict), for status.
     """
     with RunLock(host, "bootstrap", wait=lock_wait):
@@ -73,6 +74,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             ignore_preflight_errors=frozenset(ignore_preflight_errors),
             local_only=bool(cached) and local_only, dry_run=dry_run,
             refresh_pool=refresh_pool, agent=agent, upgrade=upgrade, machine_goal=machine_goal,
+            released=released,
             upgrade_started=lambda node, previous, target: node_report.report_upgrade_started(
                 lambda: node_report.node_client(cfg, host), node, cfg.machine_name, previous, target)))
         if ctx.local_only:
@@ -88,7 +90,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
         if not dry_run:
             _mark_running(status_file, base)
         if machine_goal is not None and not dry_run:
-            goals.begin(ledger, machine_goal)  # what the run owes, before the change
+            goals.begin(ledger, machine_goal, released)  # what the run owes, before the change
         result = runner.run()
         if machine_goal is not None and not dry_run:
             if result.ok:

@@ -349,7 +349,9 @@ def put_machine(clients, cluster_ref, pool, name, body, timeout=MACHINE_POLL_TIM
 def delete_machines(clients, cluster_ref, pool, names, timeout=MACHINE_POLL_TIMEOUT,
                     sleep=time.sleep, clock=time.monotonic):
     """POST deleteMachines {"machineNames": [...]} (202, an LRO) and wait for it. The RP
-    cordons and drains the Nodes, then deletes them (upstream docs/design/agent-and-aks.md)."""
+    cordons and drains the Nodes, taints them kubernetes.azure.com/flex-node-deleting and
+    deletes the Machines; each Node is its agent's to leave, or the RP's to remove once stale
+    (upstream docs/design/agent-and-aks.md, "Reset And Delete Flow"; pool_follow.py)."""
     what = f"deleting machine(s) {', '.join(names)} of agent pool {pool}"
     _status, _doc, headers = _send(clients, cluster_ref.subscription_id, "POST",
                                    pool_id(cluster_ref, pool) + "/deleteMachines",

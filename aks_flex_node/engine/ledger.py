@@ -38,7 +38,8 @@ MAX_BYTES = 16 << 20
 # What we write (_empty, record, owe, set_joined); `version` is checked on its own.
 # A Machine goal (steps/machine_goal.py: new in issue 31, all optional).
 _GOAL = Obj(required={"etag": TEXT, "values": Obj(optional={
-    "kubernetes_version": TEXT, "max_pods": INTEGER, "node_labels": ListOf(TEXT), "node_taints": ListOf(TEXT)})})
+    "kubernetes_version": TEXT, "max_pods": INTEGER, "node_labels": ListOf(TEXT), "node_taints": ListOf(TEXT)})},
+    optional={"released": FLAG})
 ENTRY = Obj(required={"step": TEXT, "kind": TEXT, "id": TEXT},
             optional={"backup": TEXT, "mode": INTEGER, "url": TEXT, "members": ListOf(TEXT),
                       "previous": TEXT, "link": TEXT, "version": TEXT, "from": TEXT, "to": TEXT,

@@ -236,6 +236,11 @@ class ApiServerStep(Step):
         return Plan(noop_reason=f"API server {ctx.data.server} is ready (verified with the cluster CA)")
 
 
+# The Machine's spec fields and the config keys they carry (agentpool.machine_body).
+SPEC_KEYS = {"orchestratorVersion": "kubernetes_version", "maxPods": "max_pods",
+             "nodeLabels": "node_labels", "nodeTaints": "node_taints"}
+
+
 class MachineStep(Step):
     """The node's Machine in its FlexNodes pool (Machines_Get / Machines_CreateOrUpdate),
     registered before the kubelet starts, as the upstream agent does (Azure/AKSFlexNode
@@ -261,8 +266,8 @@ class MachineStep(Step):
         name = cfg.machine_name
         wanted = agentpool.machine_body(cfg)
         machine = agentpool.get_machine(ctx.azure.clients, cfg.cluster, cfg.agent_pool, name)
-        following = ctx.options.agent and machine_goal.applied(ctx.ledger) is not None
-        if machine is None and following:
+        following = machine_goal.applied(ctx.ledger) is not None
+        if machine is None and following and ctx.options.agent:
             # Gone after the join: the pool deletes a Machine to take the node out; the agent
             # never registers it again behind the pool's back (pool_follow.py decides).
             plan.noop_reason = f"machine {name} is gone from agent pool {cfg.agent_pool}: the pool decides"
@@ -273,7 +278,10 @@ class MachineStep(Step):
             return plan
         if machine.spec != wanted["properties"]["kubernetes"]:
             differs = sorted(k for k, v in wanted["properties"]["kubernetes"].items() if machine.spec.get(k) != v)
-            if following:
+            # Once the node follows its Machine, only what the operator set in the file (a pin,
+            # their labels) is written to it, and only by an operator's run; the rest is the
+            # pool's to decide (pool_follow.py).
+            if following and (ctx.options.agent or not any(cfg.is_set(SPEC_KEYS[k]) for k in differs)):
                 plan.noop_reason = (f"machine {name} asks for other settings ({', '.join(differs)}; eTag "
                                     f"{machine.etag}): applied when the pool's operation releases the node")
                 return plan

@@ -24,10 +24,11 @@ class JoinOptions(RunOptions):
     # Told (the Node as read, from, to) when a kubelet upgrade is recorded as begun: operations.py
     # sends the event (health/ is a layer above steps/); it never raises.
     upgrade_started: Optional[Callable] = None
-    # agent-pool mode: the Machine goal (steps/machine_goal.Goal) the pool's operation released
-    # this node to apply (pool_follow.py): its Node was deleted by the RP, which cordoned and
-    # drained it first; the kubelet moves without a cordon or drain of ours
+    # agent-pool mode: the Machine goal (steps/machine_goal.Goal) this run applies (pool_follow.py)
     machine_goal: Optional[object] = None
+    # ...because the pool's operation released the node: the RP cordoned and drained it and
+    # deleted its Node; the kubelet moves without a cordon or drain of ours and registers again
+    released: bool = False
 
 
 class JoinContext(Context):

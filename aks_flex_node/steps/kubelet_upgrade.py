@@ -69,7 +69,7 @@ class KubeletUpgradeStep(Step):
                      lambda: carry_on(ctx, dict(record)))
             return plan
         active, wanted = kb.active_version(ctx.host), kb.wanted_version(ctx)
-        if ctx.options.machine_goal is not None and active and wanted and active != wanted:
+        if ctx.options.released and active and wanted and active != wanted:
             # The pool's operation released the node: the RP cordoned and drained it and
             # deleted its Node (pool_follow.py); the kubelet registers it again.
             plan.add(f"move the kubelet from {active} to {wanted} as the pool asks (machine eTag "

@@ -9,8 +9,9 @@ The node keeps, in one ledger record (Kind.MACHINE_GOAL):
 
 - `applied`: the goal this node runs (eTag and settings), recorded at the join and after each
   goal it applied;
-- `applying`: a goal the RP released the node to apply, recorded before the first change it
-  causes, so that a run killed half-way is finished by the next pass;
+- `applying`: a goal being applied (the RP released the node, or an operator's `upgrade`
+  asked), recorded before the first change it causes with whether the node was released, so
+  that a run killed half-way is finished by the next pass as it was begun;
 - `failed`: the last goal whose kubelet did not come Ready (the old one is back); not tried
   again on its own: a new goal, or `aks-flex-node upgrade`, tries again.
 
@@ -133,11 +134,17 @@ def set_applied(ledger, goal):
     _save(ledger, fields)
 
 
-def begin(ledger, goal):
-    """Written before the first change that applying `goal` makes."""
+def begin(ledger, goal, released):
+    """Written before the first change that applying `goal` makes; `released`: the pool's
+    operation deleted the Node (no drain of ours), which a run that finishes it must know."""
     fields = _record(ledger)
-    fields["applying"] = goal.to_dict()
+    fields["applying"] = dict(goal.to_dict(), released=bool(released))
     _save(ledger, fields)
+
+
+def applying_released(ledger):
+    """Whether the goal being applied was released by the pool's operation (no drain of ours)."""
+    return bool((_record(ledger).get("applying") or {}).get("released"))
 
 
 def finish(ledger):

@@ -87,7 +87,7 @@ class NodeReadyStep(Step):
                 if kube.is_ready(node):
                     plan.noop_reason = f"node {name} is Ready"
                     return plan
-            elif ctx.options.machine_goal is not None and kubernetes.node_registered(ctx):
+            elif ctx.options.released and kubernetes.node_registered(ctx):
                 # The pool's operation deleted the Node; a kubelet registers its Node once, at
                 # start (kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go
                 # registerWithAPIServer): one that had nothing else to change is restarted.

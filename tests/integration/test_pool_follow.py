@@ -8,6 +8,7 @@ keeps its version and says why."""
 import json
 import os
 
+from tests import harness
 from tests.emulator import constants as C
 from tests.harness import MACHINE_NAME
 from tests.integration.test_agent_pool import _node_object, _pool_machines
@@ -171,3 +172,41 @@ def test_a_node_that_lost_its_role_keeps_its_version_and_says_why(pool_node):
     conditions = {c["type"]: c for c in _node_object(emu)["status"]["conditions"]}
     assert conditions["FlexNodeMachineGoalBlocked"]["status"] == "True"
     assert conditions["FlexNodeMachineGoalBlocked"]["reason"] == "Forbidden"
+
+
+def test_a_goal_whose_kubelet_fails_is_rolled_back_not_retried_and_upgrade_tries_again(pool_node):
+    node, emu = pool_node, pool_node.emu
+    harness.write_config(node.root, node.emu, node.wrapper, extra={
+        "join_mode": "agent-pool", "agent_pool": C.FLEX_POOL, "sp_client_id": C.NODE_SP_CLIENT_ID,
+        "arc_tags": "", "himds_endpoint": "", "node_ready_timeout": "15"})
+    with open(node.path(harness.SECRET_PATH), "w") as f:  # (write_config wrote the operator's)
+        f.write(C.NODE_SP_CLIENT_SECRET + "\n")
+    _joined(node)
+    node.env["FAKE_KUBELET_FAIL_VERSIONS"] = NEW
+    emu.admin("POST", "clusters/upgrade", {"cluster_id": C.CLUSTER_ID, "kubernetes_version": NEW})
+    emu.upgrade_pool(C.CLUSTER_ID, C.FLEX_POOL, NEW)
+    assert wait_for(lambda: _node_object(emu) is None, 30)
+    etag = _machine(emu)["etag"]
+
+    proc, status = _pass(node)
+    assert proc.returncode == 1 and status["error"]["error"] == "upgrade-failed", status["error"]
+    assert _ledger_goal(node)["failed"]["etag"] == etag and "applying" not in _ledger_goal(node)
+    assert _ledger_goal(node)["applied"]["values"]["kubernetes_version"] == C.K8S_VERSION
+    assert wait_for(lambda: _kubelet_version(emu) == f"v{C.K8S_VERSION}", 30)  # the old one is back
+
+    # Not tried again on its own: the next pass says why and leaves the kubelet alone.
+    proc, status = _pass(node)
+    assert proc.returncode == 0, proc.stderr
+    assert status["machine_goal"]["verdict"] == "blocked" and status["machine_goal"]["code"] == "goal-failed"
+    assert "kubelet-upgrade" not in [p["name"] for p in status["phases"] if p["status"] == "changed"]
+    conditions = {c["type"]: c for c in _node_object(emu)["status"]["conditions"]}
+    assert conditions["FlexNodeMachineGoalBlocked"]["reason"] == "GoalFailed"
+
+    # The cause fixed, the operator's `upgrade` applies the Machine's goal (draining itself,
+    # as an operator's upgrade does).
+    del node.env["FAKE_KUBELET_FAIL_VERSIONS"]
+    proc = node.cli("upgrade")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _kubelet_version(emu) == f"v{NEW}"
+    goal = _ledger_goal(node)
+    assert goal["applied"]["etag"] == etag and "failed" not in goal

@@ -62,6 +62,7 @@ def test_a_new_goal_with_the_node_registered_waits_for_the_pool():
 def test_the_node_deleted_by_the_pool_releases_the_new_goal():
     got = decide(seen(n=None), applied(), None, None)
     assert got.verdict is Verdict.APPLY and got.goal.values["kubernetes_version"] == "1.31.2"
+    assert got.released  # the RP drained it: no drain of ours
 
 
 def test_the_node_deleted_with_the_goal_applied_does_nothing():
@@ -129,7 +130,10 @@ def test_a_goal_being_applied_is_finished_whatever_the_node_shows():
     """A run killed half-way: the kubelet may have registered the Node again already."""
     being = applied("1.31.2", "e2")
     got = decide(seen(), applied(), being, None)
-    assert got.verdict is Verdict.APPLY and got.goal.etag == "e2"
+    assert got.verdict is Verdict.APPLY and got.goal.etag == "e2" and got.released
+    # One an operator's `upgrade` began (which drains) is finished as it was begun.
+    got = decide(seen(), applied(), being, None, applying_released=False)
+    assert got.verdict is Verdict.APPLY and not got.released
     # Machine unreadable: finished with the settings recorded when it began.
     err = FlexNodeError("ARM unreachable", code="temporary")
     got = decide(seen(m=None, machine_error=err), applied(), being, None)
@@ -171,12 +175,14 @@ def test_the_ledger_record_moves_applying_to_applied_or_failed(tmp_path):
     ledger = Ledger(Host(str(tmp_path)), kinds=KINDS)
     first, second = applied(), applied("1.31.2", "e2")
     goals.set_applied(ledger, first)
-    goals.begin(ledger, second)
+    goals.begin(ledger, second, True)
     assert goals.applied(ledger) == first and goals.in_force(ledger) == second
+    assert goals.applying_released(ledger)
     goals.fail(ledger, "not Ready")
     assert goals.applying(ledger) is None and goals.in_force(ledger) == first
     assert goals.failed(ledger) == {"etag": "e2", "why": "not Ready"}
-    goals.begin(ledger, second)
+    goals.begin(ledger, second, False)
+    assert not goals.applying_released(ledger)
     goals.finish(ledger)
     assert goals.applied(ledger) == second and goals.failed(ledger) is None and goals.applying(ledger) is None
     # Read back from disk as the next run would.
