@@ -278,6 +278,42 @@ def cmd_debug(args):
     return int(ExitCode.OK)
 
 
+def cmd_mirror(args):
+    from aks_flex_node import config
+    from aks_flex_node.commands import mirror
+    from aks_flex_node.steps.artifacts import node_arch
+
+    path = _config_path(args)
+    # Read on a connected machine, not the node: the node's credential files need not be here.
+    cfg = config.load_upstream_json(path, root=_root(args)) if path and path.endswith(".json") else \
+        config.load(path, root=_root(args), elsewhere=True)
+    host = _make_host(args)
+    json_out = getattr(args, "json", False)
+    directory = mirror.node_directory(args.directory)
+    plan = mirror.plan(cfg, host, directory, mirror.release_versions(cfg, args.kubernetes_version),
+                       mirror.arches_or_this(args.arch, node_arch))
+    if args.dry_run:
+        if json_out:
+            _print_json(dict(plan.to_dict(), dry_run=True))
+        else:
+            for item in plan.items:
+                print(mirror.entry_line(item, "would fetch" if item.state != mirror.PRESENT else "present")
+                      + (f" from {item.url}" if item.state != mirror.PRESENT else ""))
+            print(f"{len(plan.to_fetch)} of {len(plan.items)} file(s) to fetch into {directory}")
+        return int(ExitCode.OK)
+    progress = None if json_out else (lambda item, what: print(mirror.entry_line(item, what)))
+    try:
+        entries = mirror.sync(cfg, host, plan, progress=progress)
+    except FlexNodeError as err:
+        raise mirror.failed(err) from err
+    if json_out:
+        _print_json(dict(plan.to_dict(), fetched=len(plan.to_fetch), manifest=entries))
+    else:
+        print(f"{directory}: {len(plan.to_fetch)} file(s) fetched, {len(plan.items) - len(plan.to_fetch)} "
+              f"already there; artifact_mirror = {mirror.file_url(directory)} (or serve {directory} over https)")
+    return int(ExitCode.OK)
+
+
 def cmd_version(args):
     if getattr(args, "json", False):
         _print_json({"version": __version__})
@@ -289,7 +325,7 @@ def cmd_version(args):
 COMMANDS = {
     "bootstrap": cmd_bootstrap, "unbootstrap": cmd_unbootstrap, "status": cmd_status,
     "preflight": cmd_preflight, "agent": cmd_agent, "config": cmd_config, "upgrade": cmd_upgrade,
-    "debug": cmd_debug, "version": cmd_version,
+    "debug": cmd_debug, "mirror": cmd_mirror, "version": cmd_version,
 }
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mkman  # noqa: E402  (puts the repository on sys.path too)
 
 # Options whose argument is a path: complete file names there.
-PATH_DESTS = {"root", "config", "output", "secret_file", "source"}
+PATH_DESTS = {"root", "config", "output", "secret_file", "source", "directory"}
 
 
 def command_table(parser):

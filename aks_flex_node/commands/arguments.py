@@ -151,6 +151,38 @@ def _config_arguments(p, common):
                     help=f"where the service principal secret goes (0600; default {DEFAULT_SECRET})")
 
 
+def _release(text):
+    """An argparse type: a Kubernetes release MAJOR.MINOR.PATCH (a leading v allowed), as
+    kubernetes_version takes it (kubeversion.py)."""
+    from aks_flex_node.kubeversion import KubeVersion, VersionError
+
+    try:
+        return str(KubeVersion.parse_release(text))
+    except VersionError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+_release.__name__ = "version"
+
+
+def _mirror_arguments(p, common):
+    msub = p.add_subparsers(dest="mirror_command", metavar="ACTION", parser_class=_Parser,
+                            prog="aks-flex-node mirror")
+    msub.required = True
+    sp = msub.add_parser("sync", parents=[common],
+                         help="fetch, verify and lay out in DIR every artifact a join needs, for "
+                              "artifact_mirror (https or file://); needs no join, no Azure, no root")
+    sp.add_argument("directory", metavar="DIR", type=_path("/media/usb/aks-flex-node"),
+                    help="the mirror directory (created 0755 when missing)")
+    sp.add_argument("--kubernetes-version", action="append", default=[], type=_release, metavar="VERSION",
+                    help="a Kubernetes release to mirror (repeatable); default: the configuration's "
+                         "kubernetes_version")
+    sp.add_argument("--arch", action="append", default=[], choices=("amd64", "arm64"), metavar="ARCH",
+                    help="an architecture to mirror, amd64 or arm64 (repeatable); default: this machine's")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="list what would be fetched (and what is there already); change nothing")
+
+
 # Every command, in the order `--help` lists them: (name, help, what adds its arguments
 # given its parser and the options every command takes).
 # `token` parses its own arguments (token.py), routed in main() before any of this.
@@ -166,6 +198,8 @@ SUBCOMMANDS = (
      _upgrade_arguments),
     ("config", "show, check or import the configuration", _config_arguments),
     ("debug", "write a support bundle (tar.gz, secrets redacted) of this node's state", _debug_arguments),
+    ("mirror", "fill a directory to serve as artifact_mirror, on a machine that reaches the release servers",
+     _mirror_arguments),
     ("version", "print the version", None),
 )
 

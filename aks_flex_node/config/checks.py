@@ -8,7 +8,7 @@ value only; what needs several keys or the host is in `semantic`.
 import os
 import re
 import string
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 try:
     from configobj.validate import ValidateError, Validator, is_integer
@@ -50,6 +50,7 @@ MAX_LENGTH = {
     # RFC 9110 section 4.1 asks for at least 8000 octets; 2048 is far above any endpoint,
     # mirror or artifact URL we are given and what most browsers and proxies handle.
     "url": 2048,
+    "mirror": 2048,
     "url_template": 2048,
     "checksum_template": 2048,
     # PATH_MAX is 4096 bytes with the terminating NUL (limits.h, path_resolution(7)).
@@ -219,6 +220,32 @@ def check_url(value, scheme="https", credentials="no", host="any"):
     if host == "loopback" and not is_loopback(parts.hostname):
         raise Invalid(value, expected + " on this machine: 127.0.0.0/8, [::1] or localhost "
                              "(the HIMDS key must not leave the machine)")
+    return value
+
+
+MIRROR_LOCAL = "file:// and an absolute path (file:///media/usb/aks-flex-node; a space written %20)"
+MIRROR_EXPECTED = f"a URL starting with https:// and naming a host, or {MIRROR_LOCAL}"
+
+
+def check_mirror(value):
+    """artifact_mirror: an https URL (check_url's rules), or a local directory as a file URL
+    with an empty authority and an absolute path (RFC 8089 section 2: file:///path; a
+    relative path, or a host, is refused rather than guessed at). Percent-escapes in the
+    path are decoded where it is used (config/model.py mirror_directory)."""
+    if value == "" or not value.lower().startswith("file:"):
+        try:
+            return check_url(value)
+        except Invalid as err:
+            raise Invalid(value, f"{err.expected}; or {MIRROR_LOCAL}") from None
+    if any(c.isspace() for c in value) or "\0" in value:
+        raise Invalid(value, MIRROR_EXPECTED)
+    parts = urlsplit(value)
+    path = unquote(parts.path)
+    if parts.scheme != "file" or not value.startswith("file:///") or parts.netloc or parts.query \
+            or parts.fragment or "\0" in path or not path.startswith("/"):
+        raise Invalid(value, MIRROR_EXPECTED)
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise Invalid(value, MIRROR_EXPECTED + ", without . or .. in it")
     return value
 
 

@@ -20,8 +20,15 @@ from aks_flex_node.errors import ConfigError, ConfigProblem
 log = logging.getLogger(__name__)
 
 
-def load(path=None, root="/", overrides=None):
+# The files only the node reads (its credentials): a configuration read elsewhere (mirror
+# sync, on a connected machine) may name them without having them.
+NODE_ONLY_FILES = ("sp_client_secret_file", "bootstrap_token_file", "cluster_ca_file")
+
+
+def load(path=None, root="/", overrides=None, elsewhere=False):
     """Read, check and return the configuration; ConfigError lists every problem.
+    `elsewhere`: read on another machine than the node it is for (NODE_ONLY_FILES are not
+    looked for; their values are still checked).
 
     `path` (default paths.CONFIG), if absolute, is a node path looked up under `root`; a
     relative one is taken from the working directory. `overrides`
@@ -46,7 +53,7 @@ def load(path=None, root="/", overrides=None):
         problems.append(ConfigProblem("https_proxy", redact_url(proxy),
                                       f"no credentials in a file others can read: chmod 600 {source}"))
         raw["https_proxy"] = None
-    return _build(raw, problems, source, root, overrides)
+    return _build(raw, problems, source, root, overrides, written=NODE_ONLY_FILES if elsewhere else ())
 
 
 def from_values(values, root="/", source=None, overrides=None, client_secret=None, warnings=(), held=None):

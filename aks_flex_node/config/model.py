@@ -35,6 +35,11 @@ MIRROR_FILENAMES = {
     "cni": "cni-plugins-linux-{arch}-v{version}.tgz",
 }
 
+def is_local_mirror(mirror):
+    """True when artifact_mirror names a directory on this machine (file:///path)."""
+    return mirror.startswith("file:")
+
+
 class Config(Mapping):
     """The checked configuration: typed values by key (`cfg.max_pods`, `cfg["max_pods"]`).
 
@@ -171,7 +176,9 @@ class Config(Mapping):
         raise ConfigError([ConfigProblem("sp_client_secret_file", node_path, expected)], source=self.source)
 
     def artifact_urls(self, name, version, arch):
-        """(url, checksum_url) of an artifact (kubernetes, containerd, runc, cni)."""
+        """(url, checksum_url) of an artifact (kubernetes, containerd, runc, cni). With a
+        local mirror (artifact_mirror = file:///path) checksum_url is None: the file is
+        hashed as it is copied (host/download.py copy_into), nothing beside it is read."""
         if name not in ARTIFACTS:
             raise ValueError(f"artifact {name!r}: expected one of {', '.join(ARTIFACTS)}")
         if arch not in ARCHES:
@@ -181,7 +188,14 @@ class Config(Mapping):
         mirror = self._values.get("artifact_mirror")
         if mirror:
             url = f"{mirror.rstrip('/')}/{MIRROR_FILENAMES[name].format(version=version, arch=arch)}"
-            return url, url + ".sha256"
+            return url, None if is_local_mirror(mirror) else url + ".sha256"
+        return self.upstream_artifact_urls(name, version, arch)
+
+    def upstream_artifact_urls(self, name, version, arch):
+        """(url, checksum_url) of an artifact from its *_url templates, whatever the mirror
+        (what `mirror sync` fetches a mirror's files from)."""
+        if name not in ARTIFACTS:
+            raise ValueError(f"artifact {name!r}: expected one of {', '.join(ARTIFACTS)}")
         url = self._values[f"{name}_url"].format(version=version, arch=arch)
         checksum_url = self._values[f"{name}_sha256_url"].format(url=url, version=version, arch=arch)
         return url, checksum_url

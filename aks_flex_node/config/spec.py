@@ -20,6 +20,7 @@ CHECKS = {
     "option": checks.check_option,
     "integer": checks.check_integer,
     "url": checks.check_url,
+    "mirror": checks.check_mirror,
     "abs_path": checks.check_abs_path,
     "managed_dir": check_managed_dir,
     "command": checks.check_command,

@@ -46,6 +46,18 @@ def read(path, max_bytes, *, private=False, owners=None, follow=False):
     `private`: no group or other permission bits. `owners`: the uids it may belong to (None:
     any; `root_or_us()` for root's files). `follow`: a public file (a CA bundle) may be a
     link to one, as update-ca-certificates makes them in /etc/ssl/certs; never a secret."""
+    with open_file(path, max_bytes, private=private, owners=owners, follow=follow) as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grown since the fstat
+        raise Unsafe(f"expected at most {max_bytes} bytes", code="too-large")
+    return data
+
+
+def open_file(path, max_bytes, *, private=False, owners=None, follow=False):
+    """The regular file `path`, open for reading (a binary file object) once read()'s checks
+    passed on its descriptor, for a caller that streams it (a local mirror's archive, too
+    large to hold in memory); Unsafe saying why not. The caller reads at most `max_bytes`:
+    the size checked here is the one fstat saw."""
     try:
         fd = os.open(path, _FLAGS if follow else _FLAGS | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -61,7 +73,8 @@ def read(path, max_bytes, *, private=False, owners=None, follow=False):
     if not stat.S_ISREG(info.st_mode):  # (a directory's descriptor cannot even be a file object)
         os.close(fd)
         raise Unsafe(f"expected a regular file (it is {kind_of(info.st_mode)})", code="not-regular")
-    with os.fdopen(fd, "rb") as handle:
+    handle = os.fdopen(fd, "rb")
+    try:
         mode = stat.S_IMODE(info.st_mode)
         if private and mode & 0o077:
             raise Unsafe(f"has mode {mode:04o}: expected 0600 or 0400 (readable by its owner only)",
@@ -71,10 +84,10 @@ def read(path, max_bytes, *, private=False, owners=None, follow=False):
                          code="foreign-owner")
         if info.st_size > max_bytes:
             raise Unsafe(f"is {info.st_size} bytes: expected at most {max_bytes} bytes", code="too-large")
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:  # grown since the fstat
-        raise Unsafe(f"expected at most {max_bytes} bytes", code="too-large")
-    return data
+    except BaseException:
+        handle.close()
+        raise
+    return handle
 
 
 def root_or_us():

@@ -32,11 +32,11 @@ import urllib.request
 from pathlib import Path
 
 from aks_flex_node import __version__
-from aks_flex_node.host import fs, part_file
+from aks_flex_node.host import careful_read, fs, part_file
 from aks_flex_node.host.archive import ArchiveError
 from aks_flex_node.host.body_feed import Feed, read_cached
 from aks_flex_node.host.checksums import UnverifiedChecksums, check_sha256, check_url, parse_checksums
-from aks_flex_node.host.download_errors import ChecksumMismatch, DownloadError, DownloadUnavailable
+from aks_flex_node.host.download_errors import ChecksumMismatch, DownloadError, DownloadUnavailable, LocalFileError
 from aks_flex_node.http_policy import HttpPolicy
 
 log = logging.getLogger(__name__)
@@ -78,17 +78,28 @@ def _cache_basename(url):
     return name[:128] or "download"
 
 
+def _local_path(url, field):
+    """The absolute path a file:///path URL names (percent-escapes decoded: RFC 8089)."""
+    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    path = urllib.parse.unquote(parts.path) if parts else ""
+    if parts is None or parts.scheme != "file" or parts.netloc or not path.startswith("/") or "\0" in path:
+        raise ValueError(f"{field} = {url!r}: expected file:///<absolute path>")
+    return path
+
+
 class Downloader:
     """Fetches URLs into `cache_dir` (a real path: the Host has added its root).
 
     `policy` (http_policy.HttpPolicy, the run's) decides the proxy per URL and the CA bundle;
     the process environment's proxy variables are never consulted (http_policy says why).
-    Without one: direct connections, the system's CAs.
+    Without one: direct connections, the system's CAs. `root`: what a file:// URL's path is
+    below (the Host's root; copy_into).
     """
 
     def __init__(self, cache_dir, policy=None, timeout=60, attempts=ATTEMPTS, backoff=BACKOFF,
-                 max_parallel=MAX_PARALLEL):
+                 max_parallel=MAX_PARALLEL, root="/"):
         self.cache_dir = os.fspath(cache_dir)
+        self.root = os.fspath(root)
         self.policy = policy = policy or HttpPolicy()
         ca_bundle = policy.ca_bundle
         self.timeout = timeout
@@ -168,6 +179,81 @@ class Downloader:
                     fs.remove(final)
             raise read.error
         return Path(final), (read.result if read else None)
+
+    def copy_into(self, url, trusted, sink, field="url"):
+        """A local mirror's file (`url`: file:///path, a node path below `root`: a USB stick,
+        an NFS mount) copied into the cache as a download is kept (<sha256>-<name>), then
+        read by `sink` as fetch_into's sink reads a cached copy; what sink.read_from returned.
+
+        The file is opened by the careful read (careful_read.open_file: no link followed, no
+        FIFO waited on, a regular file, at most MAX_DOWNLOAD_BYTES) and hashed as it is
+        copied; it counts once the whole of it matched `trusted` (artifact_digests.Digest:
+        sha256 or sha512). Nothing beside it (its .sha256) is read: whoever filled the
+        mirror does not say what its files must hash to. LocalFileError (naming `field`,
+        the setting that gave the URL) when the file cannot be read so; ChecksumMismatch
+        when its bytes are not the trusted ones. Either way nothing is kept in the cache.
+        """
+        path = _local_path(url, field)
+        try:
+            source = careful_read.open_file(os.path.join(self.root, path.lstrip("/")), MAX_DOWNLOAD_BYTES)
+        except careful_read.Unsafe as unsafe:
+            raise LocalFileError(field, url, path, unsafe.why, unsafe.code) from None
+        with source:
+            final = self._copy_verified(url, path, source, trusted)
+        try:
+            return read_cached(final, sink)
+        except ArchiveError:
+            with _lock_for(final):
+                fs.remove(final)  # refused whatever its digest: as _fetch does
+            raise
+
+    def _copy_verified(self, url, path, source, trusted):
+        """Copy the open `source` into a part file of the cache, hashing it, and rename it
+        to its cache name once it matched `trusted`; the cache path."""
+        sha256, check = hashlib.sha256(), hashlib.new(trusted.algorithm)
+        fs.make_parents(self.cache_dir)
+        part_file.remove_dead(self.cache_dir)
+        try:
+            fd, tmp = part_file.open_part(self.cache_dir)
+        except OSError as e:
+            raise self._cannot_save(url, self.cache_dir, e) from e
+        try:
+            size = 0
+            with os.fdopen(fd, "wb") as out:
+                while True:
+                    try:
+                        chunk = source.read(CHUNK)
+                    except OSError as e:  # an I/O error of the stick, a dropped NFS server
+                        raise DownloadError(f"cannot read {path} ({url}): {e.strerror or e}",
+                                            code="mirror-read") from e
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > MAX_DOWNLOAD_BYTES:  # grown since the careful read's fstat
+                        raise DownloadError(f"cannot copy {path}: larger than {MAX_DOWNLOAD_BYTES} bytes")
+                    sha256.update(chunk)
+                    check.update(chunk)
+                    try:
+                        out.write(chunk)
+                    except OSError as e:
+                        raise self._cannot_save(url, tmp, e) from e
+                os.fchmod(out.fileno(), 0o644)
+            actual = check.hexdigest()
+            if actual != trusted.hex:
+                raise ChecksumMismatch(
+                    f"{trusted.algorithm} mismatch for {path} ({url}): expected {trusted.hex}, got {actual} "
+                    f"({size} bytes); nothing was kept")
+            final = self.cache_path(url, sha256.hexdigest())
+            with _lock_for(final):
+                os.replace(tmp, final)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        log.info("copied %s into the cache: %d bytes", path, size)
+        return final
 
     def checksum(self, checksum_url, filename):
         """The sha256 that the checksum file at `checksum_url` gives for `filename`.

@@ -19,3 +19,21 @@ class DownloadUnavailable(TemporaryError):
     """The server could not be reached or kept failing: try again later."""
 
     code = "download-unavailable"
+
+
+class LocalFileError(DownloadError):
+    """A local mirror's file (file://) that cannot be read as a release artifact: missing, a
+    link, a directory, FIFO or device in its place (careful_read's `reason`: absent,
+    symlink, not-regular, cannot-open, too-large). `field` is the setting that named it."""
+
+    code = "mirror-file"
+
+    def __init__(self, field, url, path, why, reason):
+        super().__init__(
+            f"cannot read {path}, which {field} ({url}) names: {why}",
+            remedy=f"check that the mirror is mounted and holds {path} as a regular file "
+                   "(`aks-flex-node mirror sync` writes it: docs/air-gapped.md)")
+        self.field, self.path, self.reason = field, path, reason
+
+    def to_dict(self):
+        return dict(super().to_dict(), field=self.field, path=self.path, reason=self.reason)

@@ -60,7 +60,12 @@ def file_sha256(path):
     """Hex sha256 of a regular file's content, read in chunks; None when nothing is there or
     it is no regular file (a FIFO is never waited on, a device never read: either differs
     from any content we compare it with, so the caller replaces it; issue 26)."""
-    digest = hashlib.sha256()
+    return file_digest(path, "sha256")
+
+
+def file_digest(path, algorithm):
+    """file_sha256 with another hashlib algorithm (sha512: the Kubernetes CHANGELOG's)."""
+    digest = hashlib.new(algorithm)
     try:
         fd = os.open(path, _READ_FLAGS)
     except (FileNotFoundError, NotADirectoryError):

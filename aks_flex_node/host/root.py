@@ -192,6 +192,24 @@ class Host:
     def exists(self, path):
         return fs.exists(self.path(path))
 
+    def file_digest(self, path, algorithm="sha256"):
+        """The hex digest (hashlib's `algorithm`) of the regular file at node path `path`, read
+        in chunks; None when nothing is there or no regular file is (fs.file_digest)."""
+        return fs.file_digest(self.path(path), algorithm)
+
+    def replace(self, path, source):
+        """Rename node path `source` over node path `path` (one file system: atomic, as
+        rename(2) is), then sync the directory; a directory at `path` is refused."""
+        target = self._writable(path)
+        if self.kind(path) == "dir":
+            raise fs.HostFileError(f"cannot write {path}: it is a directory, expected a file",
+                                   code="is-a-directory")
+        try:
+            os.replace(self._writable(source), target)
+        except OSError as e:
+            raise fs.HostFileError(f"cannot move {source} to {path}: {e.strerror or e}") from e
+        fs.sync_dir(os.path.dirname(target), target)
+
     def is_dir(self, path):
         return os.path.isdir(self.path(path))
 

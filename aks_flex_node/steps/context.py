@@ -72,7 +72,8 @@ class JoinContext(Context):
             if self._downloader is None:
                 from aks_flex_node.host.download import Downloader  # a converged run downloads nothing
 
-                self._downloader = Downloader(self.host.path(self.config.cache_dir), policy=self.http_policy)
+                self._downloader = Downloader(self.host.path(self.config.cache_dir), policy=self.http_policy,
+                                              root=self.host.root)
             return self._downloader
 
     @property

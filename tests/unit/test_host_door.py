@@ -25,6 +25,7 @@ KNOWN = {
     "agent.py": 2,  # the fork's result pipe
     "azure/auth.py": 1,
     "azure/himds.py": 4,
+    "commands/mirror.py": 1,  # mirror sync's Downloader: its work directory inside DIR
     "config/fileformat.py": 3,
     "config/importer.py": 5,
     "config/named_files.py": 2,

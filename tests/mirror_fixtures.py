@@ -1,0 +1,64 @@
+"""What the mirror tests share: a configuration whose *_url templates name the emulator's
+artifact host (the "upstream" `mirror sync` fetches from), the names a join's mirror holds,
+the bytes the emulator serves under them, and its request log of that host."""
+
+import io
+import tarfile
+
+from tests import digest_fixtures, harness
+from tests.emulator import artifacts as emulator_artifacts
+
+ARCH = digest_fixtures.ARCH
+FILENAMES = digest_fixtures.FILENAMES  # config/model.py MIRROR_FILENAMES
+WORK = ".aks-flex-node-sync"  # commands/mirror.py WORK_DIR
+# The configuration's runtime versions (configspec.ini defaults), as the tests' configs keep them.
+RUNTIME = (("containerd", "2.0.4"), ("runc", "1.1.12"), ("cni", "1.9.1"))
+
+
+def name(artifact, version, arch=ARCH):
+    return FILENAMES[artifact].format(version=version, arch=arch)
+
+
+def wanted(kubernetes_version):
+    """(artifact, version) of every file a join of `kubernetes_version` needs."""
+    return [("kubernetes", kubernetes_version), *RUNTIME]
+
+
+def names(kubernetes_version, arch=ARCH):
+    return [name(a, v, arch) for a, v in wanted(kubernetes_version)]
+
+
+def served(filename):
+    """The bytes the emulator serves as `filename` (tests/emulator/artifacts.py)."""
+    return emulator_artifacts.build(filename)
+
+
+def upstream_config(node, digests=(), **values):
+    """The node's configuration with every *_url template on the emulator's artifact host
+    and no artifact_mirror: what a connected machine's configuration says for mirror sync."""
+    base = node.emu.artifacts.rstrip("/")
+    templates = {f"{artifact}_url": f"{base}/{template}" for artifact, template in FILENAMES.items()}
+    templates.update({f"{artifact}_sha256_url": "{url}.sha256" for artifact in FILENAMES})
+    harness.write_config(node.root, node.emu, node.wrapper, digests=digests,
+                         extra={"artifact_mirror": "", **templates, **values})
+
+
+def artifact_requests(node):
+    """Every request the emulator's artifact host answered so far."""
+    return [r for r in node.emu.requests() if r["server"] == "artifacts"]
+
+
+def fetches(node, filename):
+    """The GETs of `filename` itself (not its .sha256) from the artifact host."""
+    return [r for r in artifact_requests(node) if r["path"].rsplit("/", 1)[-1] == filename]
+
+
+def other_tarball(path, names=("kubelet", "kubectl", "kubeadm")):
+    """A kubernetes-node tarball that is not the one the configuration pins."""
+    with tarfile.open(path, "w:gz") as tar:
+        for member in names:
+            data = f"#!/bin/sh\necho swapped {member}\n".encode()
+            info = tarfile.TarInfo(f"kubernetes/node/bin/{member}")
+            info.mtime, info.mode, info.size = 1700000000, 0o755, len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
