@@ -84,6 +84,8 @@ MAX_LENGTH = {
     "role_preset": 64,
     "agent_pool": 64,  # 12 by the pattern; the check says so
     "api_server": 2048,
+    # Registries and their mirrors: a handful of host=https://host:port pairs.
+    "registry_mirrors": 16384,
 }
 _SHOWN_LENGTH = 40
 

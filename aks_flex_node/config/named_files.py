@@ -119,15 +119,16 @@ def _secret_problem(data):
 
 def check_pem_file(key, node_path, root, problems, private, kinds, max_bytes):
     """A PEM file (RFC 7468) with a BEGIN and END line for each of `kinds`; a private key
-    must not be encrypted (nothing gives us its passphrase)."""
+    must not be encrypted (nothing gives us its passphrase). Its bytes, or None with
+    problems appended (a step that copies the file reads it through this check again)."""
     data = _checked_read(key, node_path, root, problems, max_bytes, "a PEM file", private=private)
     if data is None:
-        return
+        return None
     try:
         text = data.decode("utf-8")  # PEM is ASCII; comments between blocks may be UTF-8
     except UnicodeDecodeError:
         problems.append(ConfigProblem(key, node_path, "a PEM text file (it holds bytes that are not UTF-8)"))
-        return
+        return None
     missing = [kind for kind in kinds if not _has_block(text, kind)]
     if missing:
         problems.append(ConfigProblem(key, node_path, "a PEM file with " + " and ".join(
@@ -138,6 +139,9 @@ def check_pem_file(key, node_path, root, problems, private, kinds, max_bytes):
         problems.append(ConfigProblem(key, node_path, "a PEM file with an unencrypted private key "
                                                       "(aks-flex-node has no passphrase to give): "
                                                       "openssl pkey -in <file> -out <new file>"))
+    else:
+        return data
+    return None
 
 
 def has_certificate(text):

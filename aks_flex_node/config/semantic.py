@@ -111,6 +111,13 @@ def check_meaning(values, failed, root, held, problems, written=()):
                                    kinds=("CERTIFICATE",), max_bytes=named_files.CLUSTER_CA_MAX_BYTES)
     if ok("artifact_digests_file") and values["artifact_digests_file"]:
         named_files.check_digests_file("artifact_digests_file", values["artifact_digests_file"], root, problems)
+    if ok("registry_ca_file") and values["registry_ca_file"]:
+        if ok("registry_mirrors") and not values["registry_mirrors"]:
+            problems.append(ConfigProblem("registry_ca_file", values["registry_ca_file"],
+                                          "no value without registry_mirrors: it is the CA of the mirrors"))
+        else:
+            named_files.check_pem_file("registry_ca_file", values["registry_ca_file"], root, problems, private=False,
+                                       kinds=("CERTIFICATE",), max_bytes=named_files.CA_BUNDLE_MAX_BYTES)
     if ok("sp_certificate_file") and values["sp_certificate_file"]:
         named_files.check_pem_file("sp_certificate_file", values["sp_certificate_file"], root, problems,
                                    private=True, kinds=("CERTIFICATE", "PRIVATE KEY"),

@@ -10,7 +10,7 @@ import importlib.resources
 
 import configobj
 
-from aks_flex_node.config import checks, checks_lists, checks_net
+from aks_flex_node.config import checks, checks_lists, checks_net, checks_registry
 from aks_flex_node.config.checks import Invalid
 from aks_flex_node.config.managed_dir import check_managed_dir
 
@@ -44,6 +44,7 @@ CHECKS = {
     "role_preset": checks.check_role_preset,
     "agent_pool": checks.check_agent_pool,
     "api_server": checks_net.check_api_server,
+    "registry_mirrors": checks_registry.check_registry_mirrors,
 }
 
 

@@ -24,7 +24,9 @@ class ServicesStep(Step):
     help = "enable and start containerd and the kubelet (restart only what a change calls for)"
     branch = ACTIVATE
     # The Machine is registered before the kubelet starts (agent-pool mode), as upstream does.
-    needs = ("system", "containerd-config", "cni-config", "kubelet", "rbac-propagation", "machine")
+    # The registries' mirrors are in place before containerd starts and pulls the pause image.
+    needs = ("system", "containerd-config", "registry-mirrors", "cni-config", "kubelet", "rbac-propagation",
+             "machine")
 
     def check(self, ctx):
         systemd, plan, owed = ctx.host.systemd, Plan(), ctx.obligations()

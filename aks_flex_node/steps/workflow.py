@@ -27,6 +27,7 @@ from aks_flex_node.steps.kubelet_upgrade import KubeletUpgradeStep
 from aks_flex_node.steps.kubernetes import CniConfigStep, CniPluginsStep, KubernetesBinariesStep
 from aks_flex_node.steps.node import NodeReadyStep, PropagationStep
 from aks_flex_node.steps.preflight import PreflightStep
+from aks_flex_node.steps.registry_mirrors import RegistryMirrorsStep
 from aks_flex_node.steps.roles import RolesStep
 from aks_flex_node.steps.runtime import ContainerdBinariesStep, ContainerdConfigStep, RuncStep
 from aks_flex_node.steps.services import ServicesStep
@@ -36,9 +37,9 @@ from aks_flex_node.steps.tracked import LeftoverDirsStep
 # A phase: one step class, or a tuple of its classes, one per join mode.
 PHASES = (
     PreflightStep, (ClusterStep, JoinFactsStep), ArcStep, RolesStep, MachineStep, SystemStep, RuncStep,
-    ContainerdBinariesStep, ContainerdConfigStep, KubernetesBinariesStep, CniPluginsStep, CniConfigStep,
-    (CredentialsStep, ApiServerStep), KubeletStep, PropagationStep, ServicesStep, KubeletUpgradeStep,
-    NodeReadyStep,
+    ContainerdBinariesStep, ContainerdConfigStep, RegistryMirrorsStep, KubernetesBinariesStep, CniPluginsStep,
+    CniConfigStep, (CredentialsStep, ApiServerStep), KubeletStep, PropagationStep, ServicesStep,
+    KubeletUpgradeStep, NodeReadyStep,
 )
 STEP_CLASSES = tuple(cls for phase in PHASES for cls in (phase if isinstance(phase, tuple) else (phase,)))
 PHASE_NAMES = tuple((phase[0] if isinstance(phase, tuple) else phase).name for phase in PHASES)

@@ -64,6 +64,8 @@ EVERY_DEFAULT = {
     "artifact_mirror": "",
     "artifact_digests_file": "",
     "cache_dir": paths.DEFAULT_CACHE_DIR,
+    "registry_mirrors": [],
+    "registry_ca_file": "",
     "node_labels": ["kubernetes.azure.com/managed=false"],
     "node_taints": [],
     "max_pods": 110,
