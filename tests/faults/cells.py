@@ -17,6 +17,7 @@ import typing
 from aks_flex_node.steps.workflow import PHASE_NAMES
 from tests import harness
 from tests.emulator import constants as C
+from tests.faults.node import AGENT_POOL_MODES
 
 # A bootstrap after a fault cleared gets this many tries (the agent's would be endless).
 ATTEMPTS = 4
@@ -124,9 +125,9 @@ def check_azure_joined(cell, result):
     arc = [m["name"] for m in state["machines"]]
     pool = pool_machines(state)
     nodes = [n["metadata"]["name"] for n in state["nodes"].get(C.CLUSTER_NAME, [])]
-    machines = pool if cell.mode == "agent-pool" else arc
+    machines = pool if cell.mode in AGENT_POOL_MODES else arc
     if machines != [harness.MACHINE_NAME] or nodes != [harness.MACHINE_NAME] or (
-            cell.mode == "agent-pool" and arc):
+            cell.mode in AGENT_POOL_MODES and arc):
         result.converged = False
         result.notes.append(f"Azure holds machines {machines}, Arc machines {arc}, nodes {nodes} "
                             "after convergence")
@@ -148,7 +149,7 @@ def unbootstrap_and_compare(cell, result, before_raw):
     for label, paths in (("left", added), ("changed", changed), ("removed", removed)):
         if paths:
             problems.append(f"{label} {len(paths)}: {', '.join(paths[:4])}")
-    if cell.mode == "agent-pool":
+    if cell.mode in AGENT_POOL_MODES:
         # deleteMachines leaves the Node to the agent, whose kubelet identity may not delete
         # it; the RP's fallback removes it once its kubelet has been silent for
         # stale_node_grace (tests/emulator/agentpools.py): move the emulator's clock there.
@@ -875,6 +876,9 @@ def all_cells():
     cells += [two_bootstraps_cell(), agent_and_manual_cell()]
     cells += agent_pool_cells()
     cells += upgrade_cells()
+    from tests.faults.pool_cells import pool_follow_cells  # (it builds on this module's parts)
+
+    cells += pool_follow_cells()
     # Kill points where no other branch is writing (a kill there is deterministic).
     for cell in cells:
         if cell.group == "kill -9" and cell.name in ("cluster (middle)", "services (middle)"):

@@ -78,6 +78,8 @@ def scratch_node(base, emu, himds_key_dir=None, config=None, env=None):
 # can be judged like Arc mode's. The least-privileged node identity is
 # tests/integration/test_agent_pool.py's.
 AGENT_POOL_CONFIG = {"join_mode": "agent-pool", "agent_pool": C.FLEX_POOL, "arc_tags": "", "himds_endpoint": ""}
+# The cells' modes whose node joins an agent pool (tests/faults/pool_cells.py: its pool's upgrade).
+AGENT_POOL_MODES = ("agent-pool", "pool-follow")
 
 
 class CellNode:
@@ -88,7 +90,7 @@ class CellNode:
         self.base = pathlib.Path(base)
         self.mode = mode
         self.emu = start_emulator(self.base / "emulator")
-        self.node = scratch_node(self.base, self.emu, config=AGENT_POOL_CONFIG if mode == "agent-pool" else None)
+        self.node = scratch_node(self.base, self.emu, config=AGENT_POOL_CONFIG if mode in AGENT_POOL_MODES else None)
         self.root = self.node.root
         self.wrapper = self.node.wrapper
         self.fake = self.node.fake
