@@ -17,7 +17,7 @@ import tarfile
 import threading
 
 from tests.emulator.httpbase import HttpError, Response
-from tests.emulator import clock
+from tests.emulator import clock, wan
 
 _VERSION = r"(?P<version>\d+\.\d+\.\d+(?:[-+.][0-9A-Za-z.-]+)?)"
 _ARCH = r"(?P<arch>amd64|arm64|arm|ppc64le|s390x|riscv64)"
@@ -236,4 +236,10 @@ def handle(app, req):
     else:
         response = Response(200, data, headers, content_type)
     response.rate = app.state.settings.get("artifact_rate") or None
+    response.charge = wan.charge_factor(app.state.settings, kind_of(base), len(data))
     return response
+
+
+def kind_of(filename):
+    """The release an artifact's name says it is (a PATTERNS key), or None."""
+    return next((kind for kind, pattern in PATTERNS.items() if pattern.match(filename)), None)

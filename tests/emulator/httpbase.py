@@ -78,6 +78,8 @@ class Response:
         self.headers = dict(headers or {})
         self.truncate = None  # the "truncate" fault: send only this many bytes of the body
         self.rate = None  # bytes per second the body is sent at (None: at once)
+        # Bytes of the link each byte sent costs (the WAN profile's real sizes: wan.charge_factor).
+        self.charge = 1.0
         if content_type and self.body:
             self.headers.setdefault("Content-Type", content_type)
 
@@ -141,6 +143,13 @@ class RequestHandler(BaseHTTPRequestHandler):
                             ssl.cert_time_to_seconds(cert["notAfter"]))
         request = Request(self.command, self.path, self.headers, self._read_body(), peer, validity, issuer)
         response = self.server.app.handle(self.server, request)
+        try:
+            self._answer(response)
+        finally:
+            # The request log's end of this request: its last byte written (or the drop).
+            self.server.app.finished(request)
+
+    def _answer(self, response):
         if response is DROP:
             self.close_connection = True
             return
@@ -153,25 +162,27 @@ class RequestHandler(BaseHTTPRequestHandler):
             if response.truncate is not None:
                 # A transfer cut short: the whole length announced, part of the body sent,
                 # then the connection closed (a proxy or mirror dying mid-download).
-                self._write_body(response.body[:response.truncate], response.rate)
+                self._write_body(response.body[:response.truncate], response.rate, response.charge)
                 self.wfile.flush()
                 self.close_connection = True
                 return
-            self._write_body(response.body, response.rate)
+            self._write_body(response.body, response.rate, response.charge)
+            self.wfile.flush()
 
     PACE_CHUNK = 64 * 1024
 
-    def _write_body(self, body, rate):
-        """Send `body`, at most `rate` bytes per second when given (paced per 64 KiB)."""
+    def _write_body(self, body, rate, charge=1.0):
+        """Send `body`, at most `rate` bytes per second when given (paced per 64 KiB) on the
+        emulator's one link (wan.Link: bodies sent at once share the rate), each byte
+        costing `charge` bytes of it (a stand-in artifact sent in the time its real size takes)."""
         if not rate:
             self.wfile.write(body)
             return
-        started = time.monotonic()
         view = memoryview(body)
         for offset in range(0, len(body), self.PACE_CHUNK):
             chunk = view[offset:offset + self.PACE_CHUNK]
-            # No byte leaves before its time at `rate`: the last one at len(body) / rate.
-            early = (offset + len(chunk)) / rate - (time.monotonic() - started)
+            # No byte leaves before its time on the link: the last one when all are through.
+            early = self.server.app.link.reserve(len(chunk) * charge, rate) - time.monotonic()
             if early > 0:
                 time.sleep(early)
             self.wfile.write(chunk)

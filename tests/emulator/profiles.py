@@ -8,6 +8,7 @@ their agent pools) and settings. `POST /_emulator/reset` goes back to the profil
 import copy
 
 from tests.emulator import constants as c
+from tests.emulator import wan
 
 # Every runtime setting, its default and its type. POST /_emulator/settings accepts only these.
 SETTINGS = {
@@ -49,6 +50,19 @@ SETTINGS = {
     # Bytes per second the artifact mirror sends a body at (0: as fast as loopback goes):
     # a real mirror's or CDN's bandwidth, for tests/bench.py's big-artifact profile.
     "artifact_rate": (0, int),
+    # The WAN profile (wan.py; figures and sources: README.md, "The WAN profile"): seconds of
+    # round trip each request to that service waits before its answer, 0 on loopback.
+    "wan_arm_rtt": (0.0, float),
+    "wan_entra_rtt": (0.0, float),
+    "wan_apiserver_rtt": (0.0, float),
+    "wan_himds_rtt": (0.0, float),
+    "wan_artifacts_rtt": (0.0, float),
+    # true: each stand-in artifact costs the link (artifact_rate) what the real release file
+    # would (wan.REAL_SIZES), so a download takes the real file's time; the bytes stay small.
+    "artifact_real_sizes": (False, bool),
+    # Seconds the rest of a real `azcmagent connect` takes after its machine PUT (installing
+    # and starting himds, the first heartbeat): the Arc agent stand-in's last request waits them.
+    "arc_connect_delay": (0.0, float),
     # Role assignments allowed per subscription (4,000 in Azure: Learn
     # https://learn.microsoft.com/azure/role-based-access-control/troubleshoot-limits).
     "role_assignment_limit": (4000, int),
@@ -215,6 +229,12 @@ def _slow_propagation():
     return world
 
 
+def _wan():
+    world = _default_world()
+    world["settings"] = dict(wan.BENCH)
+    return world
+
+
 def _no_azure_rbac():
     world = _default_world()
     world["clusters"][0]["azure_rbac"] = False
@@ -237,6 +257,9 @@ PROFILES = {
     "default": _default_world,
     # RBAC and Arc identity that take a while to show up, as in real Azure.
     "slow-propagation": _slow_propagation,
+    # The bench's WAN profile (wan.BENCH): real round trips, bandwidth and sizes, RBAC
+    # propagation and Arc connect time.
+    "wan": _wan,
     # The first cluster lacks Azure RBAC (aadProfile.enableAzureRBAC=false): joining must be refused.
     "no-azure-rbac": _no_azure_rbac,
     # The first cluster disables local accounts: listClusterAdminCredential answers 400.

@@ -17,7 +17,7 @@ import time
 import traceback
 
 from tests.emulator import (admin, agentpools, apiserver, arm, artifacts, cluster_pki, constants, entra, faults,
-                            himds, profiles, state as state_mod, throttling, tls)
+                            himds, profiles, state as state_mod, throttling, tls, wan)
 from tests.emulator.httpbase import DROP, EmulatorServer, HttpError, Response
 
 
@@ -36,6 +36,7 @@ class App:
         if resume and os.path.exists(self.state.path):
             self.state.load()
         self.mirror = artifacts.Mirror()
+        self.link = wan.Link()  # the node's link to the artifact host (artifact_rate)
         self.servers = {}
         self.apiservers = {}  # cluster id (lower) -> EmulatorServer
         self.port_base = 0
@@ -187,6 +188,11 @@ class App:
         req.kind = self.classify(server, req)
         req.detail = None
         started = time.time()
+        req.log_entry = None
+        # The WAN profile's round trip (wan.py): the client waits it; nothing is locked meanwhile.
+        wait = wan.delay(state.settings, req.kind, req.method, req.path)
+        if wait > 0:
+            time.sleep(wait)
         rule = None
         if req.kind != "admin":
             with state.lock:  # a release (admin, under this lock) comes before or after, never between
@@ -232,9 +238,20 @@ class App:
             state.save_if_dirty()
         return response
 
+    def finished(self, req):
+        """The request's answer is written (or dropped): its end in the request log."""
+        entry = getattr(req, "log_entry", None)
+        if entry is not None:
+            with self.state.lock:
+                entry["ended"] = time.time()
+
     def _record(self, req, status, started, fault=None):
-        self.state.log_request({
+        # "time" and "ended": when the request arrived and when its answer's last byte went
+        # (finished); a chain of requests is read from both (tests/request_chains.py).
+        now = time.time()
+        req.log_entry = {
             "time": started,
+            "ended": now,
             "server": req.kind,
             "method": req.method,
             "path": req.path,
@@ -245,8 +262,9 @@ class App:
             "user_agent": req.header("User-Agent"),
             "fault": fault,
             "detail": req.detail,
-            "duration_ms": round((time.time() - started) * 1000, 1),
-        })
+            "duration_ms": round((now - started) * 1000, 1),
+        }
+        self.state.log_request(req.log_entry)
 
 
 def _fault_name(rule):
