@@ -58,6 +58,8 @@ def emulated_node(fake_host, tmp_path):
     config.write(sb_mod.CONF, {
         "cloud": "custom", "arm_endpoint": emu.arm, "authority_host": emu.authority,
         "ca_bundle": harness.CA_PATH, "himds_endpoint": emu.himds, "artifact_mirror": emu.artifacts,
+        # preflight probes the pause image's registry (image-registry): the emulator answers.
+        "pause_image": f"{emu.arm.split('://', 1)[1].rstrip('/')}/oss/kubernetes/pause:3.9",
         "artifact_digests_file": digest_fixtures.write_digests(root),
         "node_ready_timeout": "60", "exec_plugin_command": wrapper,
     }, root=root)

@@ -75,6 +75,9 @@ def endpoint_settings(emulator, mirror):
         "authority_host": emulator.authority,
         "ca_bundle": CA,
         "artifact_mirror": mirror.url,
+        # preflight probes the pause image's registry (its image-registry check): the mirror
+        # answers there, the only server besides the emulator the node reaches.
+        "pause_image": f"{mirror.url.split('://', 1)[1]}/oss/kubernetes/pause:3.9",
         "artifact_digests_file": DIGESTS,
         "containerd_version": mirror.versions["containerd"],
         "runc_version": mirror.versions["runc"],

@@ -20,7 +20,7 @@ from aks_flex_node.steps import kubelet_auth
 from aks_flex_node.steps.artifacts import ARCHES, node_arch
 from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import CA_PATH
-from aks_flex_node.steps.preflight import identity, reachability
+from aks_flex_node.steps.preflight import egress, identity, reachability
 from aks_flex_node.steps.system import MODULES
 
 ERROR = "error"
@@ -209,13 +209,20 @@ def _unreachable(what, failure, remedy):
 
 
 def check_arm(ctx):
-    endpoints = ctx.config.endpoints
-    for label, url in (("Azure Resource Manager", endpoints.arm),
-                       ("Entra ID", endpoints.authority)):
-        failure = reachability.reachable(url, ctx.http_policy)
-        if failure:
-            return _unreachable(f"{label} at {url}", failure,
-                                "check DNS, the firewall and https_proxy / no_proxy in the config")
+    # ARM and Entra ID, each named with the hosts to allow when it does not answer (egress.py).
+    return _verdicts(egress.azure_services(ctx))
+
+
+def check_arc_services(ctx):
+    return _verdicts(egress.arc_services(ctx))
+
+
+def check_artifact_hosts(ctx):
+    return _verdicts(egress.artifact_hosts(ctx))
+
+
+def check_image_registry(ctx):
+    return _verdicts(egress.registry_hosts(ctx))
 
 
 def check_himds(ctx):
@@ -332,6 +339,11 @@ def _verdict(verdict):
     return None if verdict is None else Finding(*verdict)
 
 
+def _verdicts(verdicts):
+    """A check's Findings, one per verdict (egress.py: one per missing endpoint)."""
+    return [Finding(*verdict) for verdict in verdicts]
+
+
 def check_machine_id(ctx):
     return _verdict(identity.machine_id_verdict(ctx))
 
@@ -357,6 +369,9 @@ CHECKS = (
     ("ip-forward", check_ip_forward, None), ("port-10250", check_port, None), ("clock", check_clock, None),
     ("disk-space", check_disk, None), ("azcmagent", check_azcmagent, _ARC), ("himds", check_himds, _ARC),
     ("proxy", check_proxy, None), ("azure-endpoints", check_arm, _AZURE),
+    # What a restricted network must let through (egress.py): one error per missing endpoint.
+    ("arc-services", check_arc_services, _ARC), ("artifact-hosts", check_artifact_hosts, None),
+    ("image-registry", check_image_registry, None),
     ("agent-pool", check_agent_pool, (JoinMode.AGENT_POOL,)), ("cluster-api", check_cluster_api, None),
     ("artifact-digests", check_artifact_digests, (JoinMode.ARC, JoinMode.BOOTSTRAP_TOKEN)),
     ("joined-elsewhere", check_joined_elsewhere, None),
@@ -393,15 +408,21 @@ def run_checks(ctx, ignored=()):
     with ThreadPoolExecutor(max_workers=len(CHECKS), thread_name_prefix="preflight") as pool:
         findings = list(pool.map(lambda item: _finding(item[1], item[2], ctx), CHECKS))
     results = []
-    for (name, _check, _modes), finding in zip(CHECKS, findings):
-        if finding is None:
+    for (name, _check, _modes), found in zip(CHECKS, findings):
+        # A check finds one thing or, as the egress checks, a list: one Result each.
+        for finding in found if isinstance(found, list) else [found]:
+            results.append(_result(name, finding, ignored))
+        if found == []:
             results.append(Result(name, "pass"))
-        elif finding.severity == ERROR and (name in ignored or "all" in ignored):
-            results.append(Result(name, "ignored", finding.message, finding.remedy, finding.transient))
-        else:
-            results.append(Result(name, finding.severity, finding.message, finding.remedy,
-                                  finding.transient))
     return results
+
+
+def _result(name, finding, ignored):
+    if finding is None:
+        return Result(name, "pass")
+    if finding.severity == ERROR and (name in ignored or "all" in ignored):
+        return Result(name, "ignored", finding.message, finding.remedy, finding.transient)
+    return Result(name, finding.severity, finding.message, finding.remedy, finding.transient)
 
 
 def raise_for(results):
