@@ -172,7 +172,7 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
                 f"the configuration names another join than the one this node holds ({elsewhere} as "
                 f"{former.get('machine_name', cfg.machine_name)}): run `dpkg-reconfigure aks-flex-node` "
                 "(or `aks-flex-node unbootstrap`, then `bootstrap`) to move it"), int(ExitCode.USAGE))
-        goal, decision, released = None, None, False
+        goal, decision = None, None
         if cfg.mode is JoinMode.AGENT_POOL and former and not joining:
             # The pool's Machine is the goal; the RP's Node signal the go-ahead (pool_follow.py).
             decision = pool_follow.observe(cfg, host, open_ledger(host), full)
@@ -180,13 +180,17 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
                 return _leave_for_pool(cfg, host, decision)
             if decision is not None and decision.verdict in (pool_follow.Verdict.APPLY,
                                                              pool_follow.Verdict.ACKNOWLEDGE):
-                goal, released = decision.goal, decision.released
+                goal = decision.goal
         seen = decision.to_dict() if decision is not None else goal_seen
         result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full and goal is None,
                                                 recent_repairs=repaired, refresh_pool=joining, agent=True,
-                                                machine_goal=goal, released=released, goal_seen=seen)
+                                                machine_goal=goal, goal_seen=seen)
     except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.
         return PassOutcome(PassKind.FAILED, exc.message, int(exc.exit_code), machine_goal=goal_seen)
+    if goal is not None and result.ok:
+        # The goal is the node's now (steps/machine_goal.finish): the local passes that follow
+        # read no Machine and carry this on; "apply" would stay in status until a full pass.
+        seen = pool_follow.in_step(goal).to_dict()
     phases = tuple(PhaseSeen(p.name, p.status == CHANGED, p.status in (CHANGED, UNCHANGED) or bool(p.unknown),
                              tuple((u["what"], u["reason"]) for u in p.unknown)) for p in result.phases)
     kind, message, exit_code = PassKind.OK, "", int(ExitCode.OK)
