@@ -172,7 +172,7 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
                 f"the configuration names another join than the one this node holds ({elsewhere} as "
                 f"{former.get('machine_name', cfg.machine_name)}): run `dpkg-reconfigure aks-flex-node` "
                 "(or `aks-flex-node unbootstrap`, then `bootstrap`) to move it"), int(ExitCode.USAGE))
-        goal, decision = None, None
+        goal, decision, released = None, None, False
         if cfg.mode is JoinMode.AGENT_POOL and former and not joining:
             # The pool's Machine is the goal; the RP's Node signal the go-ahead (pool_follow.py).
             decision = pool_follow.observe(cfg, host, open_ledger(host), full)
@@ -180,11 +180,11 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
                 return _leave_for_pool(cfg, host, decision)
             if decision is not None and decision.verdict in (pool_follow.Verdict.APPLY,
                                                              pool_follow.Verdict.ACKNOWLEDGE):
-                goal = decision.goal
+                goal, released = decision.goal, decision.released
         seen = decision.to_dict() if decision is not None else goal_seen
         result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full and goal is None,
                                                 recent_repairs=repaired, refresh_pool=joining, agent=True,
-                                                machine_goal=goal, goal_seen=seen)
+                                                machine_goal=goal, released=released, goal_seen=seen)
     except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.
         return PassOutcome(PassKind.FAILED, exc.message, int(exc.exit_code), machine_goal=goal_seen)
     if goal is not None and result.ok:

@@ -34,9 +34,11 @@ from typing import Optional
 from aks_flex_node.azure import agentpool
 from aks_flex_node.azure.session import AzureSession
 from aks_flex_node.cloud_values import BadCloudValue
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import AuthError, FlexNodeError
 from aks_flex_node.health import node_report
 from aks_flex_node.steps import machine_goal as goals
+from aks_flex_node.steps.kinds import open_ledger
 from aks_flex_node.words import WordEnum
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class Decision:
     reason: str
     goal: Optional[goals.Goal] = None
     code: str = ""  # BLOCKED: why, as a word (an error's code, "pinned", "goal-failed")
+    released: bool = False  # APPLY: the pool's operation deleted the Node (no drain of ours)
 
     def to_dict(self):
         out = {"verdict": str(self.verdict), "reason": self.reason}
@@ -113,9 +116,11 @@ def in_step(goal):
     return Decision(Verdict.IN_STEP, f"the node runs the settings of eTag {goal.etag}", goal)
 
 
-def decide(seen, applied, applying, failed, pin=None, what="the Machine"):
+def decide(seen, applied, applying, failed, pin=None, what="the Machine", applying_released=True):
     """The Decision for one pass. `applied`/`applying`: steps/machine_goal.Goal or None;
-    `failed`: {"etag", "why"} or None; `pin`: the operator's kubernetes_version, if set."""
+    `failed`: {"etag", "why"} or None; `pin`: the operator's kubernetes_version, if set;
+    `applying_released`: whether the goal being applied was begun on the pool's release (or on
+    an operator's `upgrade`, which drains)."""
     node_gone = seen.node is None and seen.node_error is None
     if applying is not None:
         # Released before, not finished (a run killed or failed half-way): finish it, with the
@@ -123,15 +128,16 @@ def decide(seen, applied, applying, failed, pin=None, what="the Machine"):
         if seen.machine_read and seen.machine_error is None and seen.machine is None:
             if marked_for_deletion(seen.node):
                 return Decision(Verdict.RESET, "the pool deleted this node's Machine and marked its Node")
-            return Decision(Verdict.APPLY, f"finishing the settings of eTag {applying.etag}", applying)
+            return Decision(Verdict.APPLY, f"finishing the settings of eTag {applying.etag}", applying,
+                            released=applying_released)
         goal = applying
         if seen.machine is not None:
             try:
                 goal = goals.goal_of(seen.machine, what)
             except BadCloudValue:
                 pass
-        return Decision(Verdict.APPLY, f"finishing what the pool released this node to apply (eTag {goal.etag})",
-                        goal)
+        return Decision(Verdict.APPLY, f"finishing the settings begun (eTag {goal.etag})", goal,
+                        released=applying_released)
     if seen.machine_error is not None:
         err = seen.machine_error
         return Decision(Verdict.BLOCKED, f"{what} cannot be read: {err.message}", code=err.code)
@@ -164,7 +170,7 @@ def decide(seen, applied, applying, failed, pin=None, what="the Machine"):
                         f"cannot be read ({seen.node_error.message}): waiting", goal, code=seen.node_error.code)
     if node_gone:
         return Decision(Verdict.APPLY, f"the pool's operation deleted the Node: applying eTag {goal.etag} "
-                        f"({', '.join(differs) or 'the same settings'})", goal)
+                        f"({', '.join(differs) or 'the same settings'})", goal, released=True)
     if marked_for_deletion(seen.node):
         return Decision(Verdict.WAIT, f"the Node is marked for deletion ({DELETING_TAINT}) while {what} is "
                         "still there: waiting for the pool", goal)
@@ -209,6 +215,29 @@ def _read_machine(cfg, host):
             session.close()
 
 
+def goal_to_apply(cfg, host):
+    """For `aks-flex-node upgrade` on a node that follows its Machine (agent-pool mode): the
+    Machine's goal when its eTag is not the one applied (one that failed included: the operator
+    asks again), else None; None too in the other modes and before the node has applied a goal.
+    The operator's run drains the node itself, as an upgrade does (docs/upgrade.md). An
+    unreadable or missing Machine raises."""
+    if cfg.mode is not JoinMode.AGENT_POOL:
+        return None
+    applied = goals.applied(open_ledger(host))
+    if applied is None:
+        return None
+    what = f"machine {cfg.machine_name} of agent pool {cfg.agent_pool}"
+    machine, error = _read_machine(cfg, host)
+    if error is not None:
+        raise error
+    if machine is None:
+        raise FlexNodeError(f"{what} is gone: the pool is taking this node out; there is nothing to upgrade to",
+                            remedy="aks-flex-node status; the agent leaves once the pool marks the Node",
+                            code="machine-gone")
+    goal = goals.goal_of(machine, what)
+    return None if goal.etag == applied.etag else goal
+
+
 def observe(cfg, host, ledger, full):
     """The pass's Decision, or None when a local pass had no reason to read the Machine (its
     Node is there and unmarked, and no goal is being applied): nothing new."""
@@ -221,5 +250,6 @@ def observe(cfg, host, ledger, full):
     seen = Seen(machine=machine, machine_read=True, machine_error=machine_error, node=node, node_error=node_error)
     what = f"machine {cfg.machine_name} of agent pool {cfg.agent_pool}"
     pin = cfg.kubernetes_version if cfg.is_set("kubernetes_version") else None
-    return decide(seen, applied, applying, failed, pin=pin, what=what)
+    return decide(seen, applied, applying, failed, pin=pin, what=what,
+                  applying_released=goals.applying_released(ledger))
 
