@@ -3,6 +3,10 @@ artifact host (the "upstream" `mirror sync` fetches from), the names a join's mi
 the bytes the emulator serves under them, and its request log of that host."""
 
 import io
+import json
+import os
+import subprocess
+import sys
 import tarfile
 
 from tests import digest_fixtures, harness
@@ -62,3 +66,35 @@ def other_tarball(path, names=("kubelet", "kubectl", "kubeadm")):
             info.mtime, info.mode, info.size = 1700000000, 0o755, len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
+
+
+NOBODY = 65534  # nobody:nogroup on Debian (base-passwd)
+
+
+def unprivileged_root(node, directory):
+    """A root prefix at `directory` (a world-searchable place, unlike pytest's tmp_path)
+    whose configuration, owned by nobody, names the emulator's artifact host as upstream:
+    what a user's own configuration on a connected machine is."""
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    os.chmod(directory, 0o755)
+    base = node.emu.artifacts.rstrip("/")
+    templates = {f"{artifact}_url": f"{base}/{template}" for artifact, template in FILENAMES.items()}
+    config = harness.write_config(str(directory), node.emu, node.wrapper,
+                                  extra={"artifact_mirror": "", "kubernetes_version": "1.30.9", **templates})
+    os.chown(config, NOBODY, NOBODY)
+    os.chmod(os.path.join(directory, harness.CA_PATH.lstrip("/")), 0o644)
+    for dirpath, dirnames, _ in os.walk(directory):
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), 0o755)
+
+
+def run_as_nobody(node, root, *args):
+    """The CLI run as nobody (setpriv(1), util-linux), with --root `root` and --json."""
+    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+            sys.executable, "-m", "aks_flex_node", *args, "--root", str(root), "--json"]
+    env = dict(node.env, HOME="/nonexistent")
+    proc = subprocess.run(argv, env=env, cwd=harness.REPO, capture_output=True, text=True, timeout=300)
+    try:
+        return proc, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

@@ -8,7 +8,9 @@ it; a node then joins from DIR as a file:// mirror without asking the artifact h
 import hashlib
 import json
 import os
+import shutil
 import stat
+import tempfile
 
 from tests import digest_fixtures, harness
 from tests import mirror_fixtures as mf
@@ -155,3 +157,26 @@ def test_a_node_joins_from_the_filled_directory_as_a_file_mirror(node):
     cached = os.listdir(node.path("/var/cache/aks-flex-node"))
     for name in mf.names(VERSION):
         assert any(c.endswith("-" + name) for c in cached), (name, cached)
+
+
+def test_no_root_needed_only_a_directory_the_user_may_write(node):
+    """A user fills a directory of theirs (a USB stick they mounted); one they may not
+    write is refused, with nothing written."""
+    root = tempfile.mkdtemp(prefix="mirror-user-", dir="/tmp")
+    try:
+        mf.unprivileged_root(node, root)
+        stick = os.path.join(root, "media/usb")
+        os.makedirs(stick, mode=0o755)
+        os.chown(stick, mf.NOBODY, mf.NOBODY)
+        proc, out = mf.run_as_nobody(node, root, "mirror", "sync", "/media/usb/aks-flex-node")
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        made = os.path.join(stick, "aks-flex-node")
+        assert sorted(f["file"] for f in out["files"]) == sorted(mf.names(VERSION))
+        assert {os.stat(os.path.join(made, n)).st_uid for n in os.listdir(made)} == {mf.NOBODY}
+        assert stat.S_IMODE(os.stat(made).st_mode) == 0o755
+        os.makedirs(os.path.join(root, "srv/root-only"), mode=0o755)
+        proc, out = mf.run_as_nobody(node, root, "mirror", "sync", "/srv/root-only")
+        assert proc.returncode == 1 and out["error"] == "mirror-dir", (proc.stdout, proc.stderr)
+        assert os.listdir(os.path.join(root, "srv/root-only")) == []
+    finally:
+        shutil.rmtree(root)
