@@ -122,7 +122,7 @@ def plan(cfg, host, directory, kubernetes_versions, arches):
         pins = cfg.artifact_digests_file or "not set"
         raise FlexNodeError(
             f"no trusted digest for {names}: neither this package nor artifact_digests_file ({pins}) "
-            "names it; nothing was fetched",
+            f"names {'them' if len(unknown) > 1 else 'it'}; nothing was fetched",
             remedy=unknown[0].remedy, code=ArtifactDigestUnknown.code)
     _check_directory(host, directory)
     items = []
