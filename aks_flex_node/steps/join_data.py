@@ -37,6 +37,8 @@ class JoinData:
     # owner: cluster, in the TLS bootstrap modes: a secret, never persisted (the ledger
     # keeps no token: a later run that needs one asks the pool for a new one)
     bootstrap_token: Optional[str] = dataclasses.field(default=None, repr=False)
+    # a per-run cache: what gpu/detect.py found on this machine (steps/gpu.py inventory)
+    gpu: Any = None
 
     # What a local pass reuses from the last full run.
     PERSISTED = ("kubernetes_version", "arc_location", "server", "ca_pem", "principal_id", "pool_values")

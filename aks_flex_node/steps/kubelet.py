@@ -12,7 +12,7 @@ import json
 
 from aks_flex_node.engine.step import ACTIVATE, Plan, Step
 from aks_flex_node.errors import FlexNodeError
-from aks_flex_node.steps import kubelet_auth, tracked
+from aks_flex_node.steps import gpu, kubelet_auth, tracked
 from aks_flex_node.steps.kubelet_paths import (
     CA_PATH, DEFAULTS_PATH, DIRS, DROPIN_PATH, KUBECONFIG, KUBELET_BIN, KUBELET_CONFIG, KUBELET_DIR, UNIT_PATH,
     reload_and_restart_kubelet, restart_kubelet)
@@ -69,16 +69,18 @@ def kubelet_config(cfg, resolv_conf, auth):
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-def kubelet_args(cfg, auth):
-    labels = list(cfg.node_labels)
+def kubelet_args(cfg, auth, gpu_labels=(), gpu_taints=()):
+    """`gpu_labels`, `gpu_taints`: a GPU node's (steps/gpu.py), after the operator's."""
+    labels = list(cfg.node_labels) + list(gpu_labels)
     if MANAGED_LABEL not in labels:
         # Without it the cloud-controller-manager deletes a node it cannot find in Azure
         # (Azure/AKSFlexNode pkg/config/structs.go forces it too, upstream PR #46).
         labels.append(MANAGED_LABEL)
     args = [f"--config={KUBELET_CONFIG}", f"--kubeconfig={KUBECONFIG}", *auth.kubelet_args]
     args += [f"--hostname-override={cfg.machine_name}", f"--node-labels={','.join(labels)}"]
-    if cfg.node_taints:
-        args.append(f"--register-with-taints={','.join(cfg.node_taints)}")
+    taints = list(cfg.node_taints) + list(gpu_taints)
+    if taints:
+        args.append(f"--register-with-taints={','.join(taints)}")
     if cfg.node_ip:
         args.append(f"--node-ip={cfg.node_ip}")
     return args
@@ -122,9 +124,9 @@ def exec_word(arg):
     return text
 
 
-def dropin(cfg, auth):
+def dropin(cfg, auth, gpu_labels=(), gpu_taints=()):
     # The kubeadm pattern: the unit stays generic, the drop-in carries this node's command line.
-    words = " ".join(exec_word(arg) for arg in [KUBELET_BIN, *kubelet_args(cfg, auth)])
+    words = " ".join(exec_word(arg) for arg in [KUBELET_BIN, *kubelet_args(cfg, auth, gpu_labels, gpu_taints)])
     return ("# Written by aks-flex-node; rewritten at every bootstrap.\n"
             "[Service]\n"
             f"EnvironmentFile=-{DEFAULTS_PATH}\n"
@@ -157,7 +159,8 @@ class KubeletStep(tracked.OwnsPaths, Step):
                           why="the kubelet's settings", owes=restart_kubelet(KUBELET_CONFIG))
         tracked.plan_file(ctx, plan, self.name, UNIT_PATH, UNIT_TEXT, 0o644,
                           why="the kubelet's unit", owes=reload_and_restart_kubelet(UNIT_PATH))
-        tracked.plan_file(ctx, plan, self.name, DROPIN_PATH, dropin(cfg, auth), 0o644,
+        tracked.plan_file(ctx, plan, self.name, DROPIN_PATH,
+                          dropin(cfg, auth, gpu.node_labels(ctx), gpu.node_taints(ctx)), 0o644,
                           why="this node's kubelet command line",
                           owes=reload_and_restart_kubelet(DROPIN_PATH))
         # The kubelet reaches the API server through the proxy unless no_proxy covers it.

@@ -1,11 +1,12 @@
 """The container runtime: runc, containerd, containerd's config and unit, and its proxy."""
 
+import json
 import os
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, reload_units, restart
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.http_policy import ProxySettingError
-from aks_flex_node.steps import tracked
+from aks_flex_node.steps import gpu, tracked
 from aks_flex_node.steps.artifacts import ArtifactStep
 from aks_flex_node.steps.kinds import Kind
 
@@ -98,16 +99,20 @@ class ContainerdBinariesStep(ArtifactStep):
         return None
 
 
-def containerd_config(cfg):
+def containerd_config(cfg, imports=()):
     """config.toml in the version 2 schema, which containerd 1.6, 1.7 and 2.x all read.
 
     Table layout from the upstream agent (Azure/AKSFlexNode pkg/components/containerd/);
     systemd cgroups (kubelet uses the systemd driver); metrics on loopback by default (upstream's 0.0.0.0 exposes them to the network).
+    `imports`: drop-ins of ours containerd merges over this file (containerd-config.toml(5),
+    `imports`; steps/gpu.py's NVIDIA runtime). Without any, the file is as it always was.
     """
     cri = 'plugins."io.containerd.grpc.v1.cri"'
+    # A top-level key: before the first table (TOML v1.0.0, "Table").
+    imported = f"imports = {json.dumps(list(imports))}\n" if imports else ""
     return f"""# Written by aks-flex-node; changes are overwritten at the next bootstrap.
 version = 2
-oom_score = 0
+{imported}oom_score = 0
 
 [{cri}]
   sandbox_image = "{cfg.pause_image}"
@@ -163,7 +168,7 @@ class ContainerdConfigStep(tracked.OwnsPaths, Step):
     name = "containerd-config"
     help = "write containerd's config.toml, its systemd unit and its proxy drop-in"
     branch = INSTALL
-    needs = ("containerd", "runc")
+    needs = ("containerd", "runc", "gpu")  # gpu: its drop-in is there before config.toml imports it
     state_dirs = CONTAINERD_STATE_DIRS
 
     def check(self, ctx):
@@ -173,7 +178,8 @@ class ContainerdConfigStep(tracked.OwnsPaths, Step):
         # leaves, unbootstrap takes it along (and leaves a pre-existing one alone).
         for state_dir in CONTAINERD_STATE_DIRS:
             self.plan_dir(ctx, plan, state_dir, 0o711)
-        tracked.plan_file(ctx, plan, self.name, CONTAINERD_CONFIG, containerd_config(ctx.config),
+        imports = (gpu.DROPIN,) if gpu.runtime_wanted(ctx) else ()
+        tracked.plan_file(ctx, plan, self.name, CONTAINERD_CONFIG, containerd_config(ctx.config, imports),
                           0o644, why="containerd's settings",
                           owes=(restart("containerd", f"{CONTAINERD_CONFIG} changed"),))
         tracked.plan_file(ctx, plan, self.name, CONTAINERD_UNIT, CONTAINERD_UNIT_TEXT, 0o644,

@@ -22,6 +22,7 @@ became empty once every phase was undone.
 from aks_flex_node.steps.agentpool import ApiServerStep, JoinFactsStep, MachineStep
 from aks_flex_node.steps.arc import ArcStep
 from aks_flex_node.steps.cluster import ClusterStep, CredentialsStep
+from aks_flex_node.steps.gpu import GpuStep
 from aks_flex_node.steps.kubelet import KubeletStep
 from aks_flex_node.steps.kubelet_upgrade import KubeletUpgradeStep
 from aks_flex_node.steps.kubernetes import CniConfigStep, CniPluginsStep, KubernetesBinariesStep
@@ -37,7 +38,7 @@ from aks_flex_node.steps.tracked import LeftoverDirsStep
 # A phase: one step class, or a tuple of its classes, one per join mode.
 PHASES = (
     PreflightStep, (ClusterStep, JoinFactsStep), ArcStep, RolesStep, MachineStep, SystemStep, RuncStep,
-    ContainerdBinariesStep, ContainerdConfigStep, RegistryMirrorsStep, KubernetesBinariesStep, CniPluginsStep,
+    ContainerdBinariesStep, GpuStep, ContainerdConfigStep, RegistryMirrorsStep, KubernetesBinariesStep, CniPluginsStep,
     CniConfigStep, (CredentialsStep, ApiServerStep), KubeletStep, PropagationStep, ServicesStep,
     KubeletUpgradeStep, NodeReadyStep,
 )

@@ -849,8 +849,9 @@ def all_cells():
     # These join in Arc mode, where the machine phase does not run (agent_pool_cells); a join
     # has no kubelet to upgrade (tests/integration/test_kubelet_upgrade.py cuts an upgrade short);
     # the cells' config names no registry mirror, so registry-mirrors has nothing to be killed in
-    # (tests/integration/test_registry_mirrors.py: its files, their undo, a changed mirror).
-    for phase in (p for p in PHASE_NAMES if p not in ("machine", "kubelet-upgrade", "registry-mirrors")):
+    # (tests/integration/test_registry_mirrors.py: its files, their undo, a changed mirror); the
+    # cells' machine has no GPU, so the gpu phase writes nothing either (tests/integration/test_gpu.py).
+    for phase in (p for p in PHASE_NAMES if p not in ("machine", "kubelet-upgrade", "registry-mirrors", "gpu")):
         for when in ("start", "middle"):
             cells.append(kill_cell(phase, when))
     # Each holds what its writes need 4 KiB pages of; `leave` is what the fault leaves free.

@@ -77,6 +77,8 @@ EVERY_DEFAULT = {
     "bridge_subnet": "10.244.0.0/24",
     "node_ready_timeout": 300,
     "containerd_metrics_address": "127.0.0.1:10257",
+    "gpu": "auto",
+    "gpu_taints": [],
     "https_proxy": "",
     "no_proxy": [],
     "log_level": "info",

@@ -123,6 +123,8 @@ BAD_VALUES = [
     ("containerd_metrics_address", "127.0.0.1", "host:port"),
     ("containerd_metrics_address", "[::1:10257", "host:port"),
     ("containerd_metrics_address", "127.0.0.1:0", "host:port"),
+    ("gpu", "intel", "one of auto, off, nvidia, amd"),
+    ("gpu_taints", "sku=gpu:Never", "NoSchedule"),
     ("https_proxy", "proxy.example.com:3128", "starting with http:// or https://"),
     ("no_proxy", "localhost,,example.com", "separated by commas"),
     ("no_proxy", "local host", "separated by commas"),

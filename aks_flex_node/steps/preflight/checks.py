@@ -16,7 +16,7 @@ from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import FlexNodeError, PreflightError, TemporaryError, UsageError
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
-from aks_flex_node.steps import kubelet_auth
+from aks_flex_node.steps import gpu, kubelet_auth
 from aks_flex_node.steps.artifacts import ARCHES, node_arch
 from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import CA_PATH
@@ -354,6 +354,11 @@ def check_node_identity(ctx):
     return _verdict(identity.node_identity_verdict(ctx))
 
 
+def check_gpu(ctx):
+    """A GPU node's driver, toolkit and containerd (steps/gpu.py, docs/gpu.md)."""
+    return _verdict(gpu.preflight_verdict(ctx))
+
+
 def check_arc_identity(ctx):
     if check_proxy(ctx) is not None:
         return None  # as check_node_identity
@@ -377,7 +382,7 @@ CHECKS = (
     ("joined-elsewhere", check_joined_elsewhere, None),
     # Is the machine name another machine's? (identity.py: cloned images)
     ("machine-id", check_machine_id, None), ("node-identity", check_node_identity, None),
-    ("arc-identity", check_arc_identity, _ARC),
+    ("arc-identity", check_arc_identity, _ARC), ("gpu", check_gpu, None),
 )
 CHECK_NAMES = tuple(name for name, _check, _modes in CHECKS)
 

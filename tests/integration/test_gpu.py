@@ -1,0 +1,133 @@
+"""A GPU machine joins as a GPU node (issue 29), through the real CLI against the emulator:
+its accelerators are a fake sysfs and procfs under the scratch root (tests/gpu_fixtures.py),
+nvidia-smi and nvidia-ctk the stand-ins (tests/fakes/bin). What is asserted is the state
+left in the root (containerd's config and drop-in, the kubelet's command line), the Node
+the stand-in kubelet registered, and what preflight names."""
+
+import json
+
+from aks_flex_node.steps import gpu
+from tests import gpu_fixtures, harness
+from tests.emulator import constants as C
+
+OPERATORS_CONFIG = b"# the operator's own containerd config, from before aks-flex-node\nversion = 2\n"
+
+
+def registered_labels(node):
+    [registered] = [n for n in node.emu.state()["nodes"].get(C.CLUSTER_NAME, [])
+                    if n["metadata"]["name"] == harness.MACHINE_NAME]
+    return registered["metadata"]["labels"]
+
+
+def kubelet_dropin(node):
+    return node.read("/etc/systemd/system/kubelet.service.d/10-aks-flex-node.conf").decode()
+
+
+def test_an_nvidia_gpu_node_joins_with_the_runtime_and_labels_and_leaves_containerd_as_it_was(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir, count=2)
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"gpu_taints": "sku=gpu:NoSchedule"})
+    config_path = node.path("/etc/containerd/config.toml")
+    gpu_fixtures._write(node.root, "/etc/containerd/config.toml", OPERATORS_CONFIG)
+
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    statuses = {p["name"]: p["status"] for p in summary["phases"]}
+    assert statuses["gpu"] == "changed" and statuses["containerd-config"] == "changed"
+    # containerd: NVIDIA's runtime in our drop-in, which config.toml imports; restarted once.
+    assert node.read(gpu.DROPIN) == gpu.nvidia_dropin()
+    assert node.read("/etc/containerd/config.toml").splitlines()[2] == \
+        b'imports = ["/etc/containerd/conf.d/aks-flex-node-nvidia.toml"]'
+    assert summary.get("owed", []) == []
+    # The node: AKS's accelerator label, the count and the model, the taint asked for.
+    dropin = kubelet_dropin(node)
+    assert "kubernetes.azure.com/accelerator=nvidia" in dropin and "aks-flex-node/gpu-count=2" in dropin
+    assert "--register-with-taints=sku=gpu:NoSchedule" in dropin
+    labels = registered_labels(node)
+    assert labels["kubernetes.azure.com/accelerator"] == "nvidia"
+    assert labels["aks-flex-node/gpu-count"] == "2"
+    assert labels["aks-flex-node/gpu-model"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["team"] == "edge"  # the operator's stay
+
+    proc, again = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert {p["name"]: p["status"] for p in again["phases"]}["gpu"] == "unchanged"
+
+    proc = node.cli("unbootstrap", "--keep-cloud-resources")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(config_path, "rb") as f:
+        assert f.read() == OPERATORS_CONFIG  # byte for byte
+    assert not node.files() & {gpu.DROPIN, gpu.CONF_DIR}
+
+
+def test_a_gpu_without_its_driver_stops_in_preflight_with_the_remedy_and_changes_nothing(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir, driver=False, toolkit=False)
+    before = node.files()
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "--ignore-preflight-errors=gpu" in proc.stderr
+    assert not [p for p in node.files() - before if p.startswith(("/usr/local", "/opt", "/etc/containerd"))]
+    proc, report = node.cli_json("preflight")
+    check = {c["name"]: c for c in report["checks"]}["gpu"]
+    assert check["status"] == "error" and "/proc/driver/nvidia/version" in check["message"]
+    assert "nvidia-driver" in check["remedy"] and "linux-headers" in check["remedy"]  # the root is Debian 12
+
+
+def test_a_driver_without_the_toolkit_is_named_with_nvidias_repository(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir, toolkit=False)
+    proc, report = node.cli_json("preflight")
+    check = {c["name"]: c for c in report["checks"]}["gpu"]
+    assert proc.returncode == 3 and check["status"] == "error"
+    assert "/usr/bin/nvidia-container-runtime" in check["message"] and "nvidia-container-toolkit" in check["remedy"]
+
+
+def test_secure_boot_is_named_in_the_remedy_of_a_driver_that_did_not_load(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir, driver=False)
+    gpu_fixtures.secure_boot(node.root, on=True)
+    _proc, report = node.cli_json("preflight")
+    assert "mokutil" in {c["name"]: c for c in report["checks"]}["gpu"]["remedy"]
+
+
+def test_a_containerd_before_2_0_is_refused_on_a_gpu_node(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir)
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"containerd_version": "1.7.20"})
+    _proc, report = node.cli_json("preflight")
+    check = {c["name"]: c for c in report["checks"]}["gpu"]
+    assert check["status"] == "error" and "containerd_version" in check["message"]
+
+
+def test_an_amd_gpu_node_is_labelled_and_containerd_is_left_alone(node):
+    gpu_fixtures.amd_gpus(node.root, count=8)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert {p["name"]: p["status"] for p in summary["phases"]}["gpu"] == "unchanged"
+    assert b"imports" not in node.read("/etc/containerd/config.toml")
+    assert gpu.DROPIN not in node.files()
+    labels = registered_labels(node)
+    assert labels["kubernetes.azure.com/accelerator"] == "amd"
+    assert labels["aks-flex-node/gpu-count"] == "8" and labels["aks-flex-node/gpu-model"] == "pci-1002-74a1"
+
+
+def test_gpu_off_makes_a_gpu_machine_a_plain_node_and_asks_nothing_of_it(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir)
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"gpu": "off"})
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    gpu_phase = {p["name"]: p for p in summary["phases"]}["gpu"]
+    assert gpu_phase["status"] == "unchanged" and "gpu = off" in json.dumps(gpu_phase)
+    assert b"imports" not in node.read("/etc/containerd/config.toml")
+    assert "kubernetes.azure.com/accelerator" not in registered_labels(node)
+    assert node.fake.calls("nvidia-smi") == [] and node.fake.calls("nvidia-ctk") == []
+
+
+def test_a_gpu_node_set_to_gpu_off_loses_the_runtime_and_containerd_is_restarted(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir)
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"gpu": "off"})
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert {p["name"]: p["status"] for p in summary["phases"]}["gpu"] == "changed"
+    assert gpu.DROPIN not in node.files() and gpu.CONF_DIR not in node.files()
+    assert b"imports" not in node.read("/etc/containerd/config.toml")
+    services = [c["what"] for p in summary["phases"] if p["name"] == "services" for c in p["changes"]]
+    assert "restart containerd" in services
