@@ -99,6 +99,8 @@ class CellNode:
             ca = f.read()
         # Longest first: a URL's host:port must not be half-replaced by a shorter match.
         pairs = [(self.emu.arm.encode(), b"https://EMULATOR"),
+                 # host:port alone: the pause image's registry (harness.write_config's pause_image)
+                 (self.emu.arm.split("://", 1)[1].encode(), b"EMULATOR"),
                  (self.emu.himds.rsplit("/metadata", 1)[0].encode(), b"http://HIMDS"),
                  (str(self.base).encode(), b"/CELL"),
                  (ca, b"EMULATOR-CA-PEM"), (base64.b64encode(ca), b"EMULATOR-CA-B64")]
