@@ -148,12 +148,14 @@ def closed_port():
     return free_port()
 
 
-def context(tmp_path, pki, **values):
-    """A run's context for a configuration of the Arc mode with `values` (a scratch root)."""
+def context(tmp_path, pki, files=(), **values):
+    """A run's context for a configuration of the Arc mode with `values` (a scratch root
+    holding the CA at CA_NODE_PATH, and each (source, node path) of `files`)."""
     root = cf.make_root(tmp_path)
-    ca = root / CA_NODE_PATH.lstrip("/")
-    ca.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(pki["ca"], ca)
+    for source, node_path in ((pki["ca"], CA_NODE_PATH), *files):
+        target = root / node_path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target)
     cfg = cf.load(root, cf.with_values(**values))
     return JoinContext(cfg, Host(root=str(root), env={"PATH": "/usr/bin:/bin"}), None)
 
@@ -334,3 +336,20 @@ def test_through_a_restricted_proxy_what_it_allows_passes(tmp_path, pki, server,
     assert proxy.url in registry.message and "registry.blocked.example" in registry.remedy
     address = server.url.split("://", 1)[1]
     assert sorted(proxy.connects()) == sorted([address, "registry.blocked.example:443"])
+
+
+def test_a_mirrored_registry_is_probed_at_its_mirror_with_its_ca(tmp_path, pki, server):
+    """registry_mirrors names a mirror for the pause image's registry: the mirror is asked
+    (with registry_ca_file, its own CA), never mcr.microsoft.com, which nothing here reaches."""
+    (tmp_path / "mirror-pki").mkdir()
+    _ca, mirror_pki = tls.ensure_pki(tmp_path / "mirror-pki")  # a CA ca_bundle does not hold
+    mirror = Server(mirror_pki)
+    try:
+        ctx = context(tmp_path, pki, files=[(mirror_pki["ca"], "/etc/aks-flex-node/registry-ca.crt")], **emulated(server, pause_image="mcr.microsoft.com/oss/kubernetes/pause:3.9",
+                                                registry_mirrors=f"mcr.microsoft.com={mirror.url}",
+                                                registry_ca_file="/etc/aks-flex-node/registry-ca.crt"))
+        results = egress_results(ctx)
+        assert {r.name: r.status for r in results}["image-registry"] == "pass", results
+        assert mirror.requests == ["/v2/"]
+    finally:
+        mirror.close()
