@@ -31,7 +31,7 @@ from tests.waiting import wait_for
 TINYPROXY = shutil.which("tinyproxy", path="/usr/sbin:/usr/bin:/sbin:/bin")
 CONNECT = re.compile(r"Request \(file descriptor \d+\): CONNECT (\S+) HTTP")
 CA_NODE_PATH = "/etc/aks-flex-node/test-ca.pem"
-EGRESS_CHECKS = ("azure-endpoints", "arc-services", "artifact-hosts", "image-registry")
+EGRESS_CHECKS = ("azure-endpoints", "arc-services", "cluster-api", "artifact-hosts", "image-registry")
 
 
 def free_port():
@@ -150,12 +150,13 @@ def closed_port():
 
 def context(tmp_path, pki, files=(), **values):
     """A run's context for a configuration of the Arc mode with `values` (a scratch root
-    holding the CA at CA_NODE_PATH, and each (source, node path) of `files`)."""
+    holding the CA at CA_NODE_PATH, and each (source, node path, mode) of `files`)."""
     root = cf.make_root(tmp_path)
-    for source, node_path in ((pki["ca"], CA_NODE_PATH), *files):
+    for source, node_path, mode in ((pki["ca"], CA_NODE_PATH, 0o644), *files):
         target = root / node_path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, target)
+        target.chmod(mode)
     cfg = cf.load(root, cf.with_values(**values))
     return JoinContext(cfg, Host(root=str(root), env={"PATH": "/usr/bin:/bin"}), None)
 
@@ -253,7 +254,7 @@ def test_a_refused_registry_is_one_error_naming_the_hosts_to_allow(tmp_path, pki
     port = closed_port()
     ctx = context(tmp_path, pki, **emulated(server, pause_image=f"127.0.0.1:{port}/oss/kubernetes/pause:3.9"))
     results = egress_results(ctx)
-    assert {r.name: r.status for r in results} == {"azure-endpoints": "pass", "arc-services": "pass",
+    assert {r.name: r.status for r in results} == {"azure-endpoints": "pass", "arc-services": "pass", "cluster-api": "pass",
                                                    "artifact-hosts": "pass", "image-registry": "error"}
     failed, = [r for r in results if r.status == "error"]
     assert f"https://127.0.0.1:{port}/v2/" in failed.message and "directly" in failed.message
@@ -310,8 +311,8 @@ def test_through_a_restricted_proxy_arc_mode_names_what_to_allow(tmp_path, pki, 
     for r in results:
         failed.setdefault(r.name, []).append(r)
     assert {name: [r.status for r in rs] for name, rs in failed.items()} == {
-        "azure-endpoints": ["error", "error"], "arc-services": ["error"], "artifact-hosts": ["pass"],
-        "image-registry": ["error"]}
+        "azure-endpoints": ["error", "error"], "arc-services": ["error"], "cluster-api": ["pass"],
+        "artifact-hosts": ["pass"], "image-registry": ["error"]}
     arc, = failed["arc-services"]
     assert "https://gbl.his.arc.azure.com/" in arc.message and proxy.url in arc.message and "403" in arc.message
     assert "gbl.his.arc.azure.com" in arc.remedy and "*.his.arc.azure.com" in arc.remedy
@@ -330,7 +331,7 @@ def test_through_a_restricted_proxy_what_it_allows_passes(tmp_path, pki, server,
     ctx = context(tmp_path, pki, **emulated(server, https_proxy=proxy.url,
                                             pause_image="registry.blocked.example/pause:3.9"))
     results = egress_results(ctx)
-    assert {r.name: r.status for r in results} == {"azure-endpoints": "pass", "arc-services": "pass",
+    assert {r.name: r.status for r in results} == {"azure-endpoints": "pass", "arc-services": "pass", "cluster-api": "pass",
                                                    "artifact-hosts": "pass", "image-registry": "error"}
     registry, = [r for r in results if r.status == "error"]
     assert proxy.url in registry.message and "registry.blocked.example" in registry.remedy
@@ -345,7 +346,7 @@ def test_a_mirrored_registry_is_probed_at_its_mirror_with_its_ca(tmp_path, pki, 
     _ca, mirror_pki = tls.ensure_pki(tmp_path / "mirror-pki")  # a CA ca_bundle does not hold
     mirror = Server(mirror_pki)
     try:
-        ctx = context(tmp_path, pki, files=[(mirror_pki["ca"], "/etc/aks-flex-node/registry-ca.crt")], **emulated(server, pause_image="mcr.microsoft.com/oss/kubernetes/pause:3.9",
+        ctx = context(tmp_path, pki, files=[(mirror_pki["ca"], "/etc/aks-flex-node/registry-ca.crt", 0o644)], **emulated(server, pause_image="mcr.microsoft.com/oss/kubernetes/pause:3.9",
                                                 registry_mirrors=f"mcr.microsoft.com={mirror.url}",
                                                 registry_ca_file="/etc/aks-flex-node/registry-ca.crt"))
         results = egress_results(ctx)
@@ -353,3 +354,21 @@ def test_a_mirrored_registry_is_probed_at_its_mirror_with_its_ca(tmp_path, pki, 
         assert mirror.requests == ["/v2/"]
     finally:
         mirror.close()
+
+
+def test_an_api_server_that_refuses_is_named_with_its_host(tmp_path, pki, server):
+    """bootstrap-token mode: no Azure; the API server the configuration names, the mirror
+    and the registry. The API server refuses: one error naming it and its host."""
+    token = tmp_path / "token"
+    token.write_text("abcdef.0123456789abcdef\n")
+    port = closed_port()
+    values = emulated(server, join_mode="bootstrap-token", api_server=f"https://127.0.0.1:{port}",
+                      bootstrap_token_file="/etc/aks-flex-node/bootstrap-token", cluster_ca_file=CA_NODE_PATH)
+    ctx = context(tmp_path, pki, files=[(str(token), "/etc/aks-flex-node/bootstrap-token", 0o600)], **values)
+    results = egress_results(ctx)
+    assert {r.name: r.status for r in results} == {"azure-endpoints": "pass", "arc-services": "pass",
+                                                   "cluster-api": "error", "artifact-hosts": "pass",
+                                                   "image-registry": "pass"}
+    failed, = [r for r in results if r.status == "error"]
+    assert f"https://127.0.0.1:{port}/readyz" in failed.message and "directly" in failed.message
+    assert "127.0.0.1" in failed.remedy and not failed.transient

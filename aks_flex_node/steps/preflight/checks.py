@@ -249,8 +249,8 @@ def check_cluster_api(ctx):
             return None  # not known before the credentials phase; it is checked there
         ca_file = CA_PATH
     # The CA's real path is handed to ssl, which opens it itself.
-    failure = reachability.reachable(server.rstrip("/") + "/readyz", ctx.http_policy,
-                                     cafile=ctx.host.path(ca_file) if ctx.host.exists(ca_file) else None)
+    endpoint = egress.api_server(server)
+    failure = egress.reachable(ctx, endpoint.url, cafile=ctx.host.path(ca_file) if ctx.host.exists(ca_file) else None)
     if failure and failure.untrusted and ctx.mode.asks_azure and not cfg.is_set("cluster_ca_file"):
         # The CA is the one a past full pass read from Azure: after `az aks rotate-certs` it is
         # the old one (Learn, "Certificate rotation in AKS"). The credentials phase reads it
@@ -260,8 +260,7 @@ def check_cluster_api(ctx):
                        "nothing, on a full pass: the cluster's CA is read again from Azure and the kubelet's "
                        "credentials renewed (docs/operations.md, CA rotation)")
     if failure:
-        return _unreachable(f"the cluster's API server {server}", failure,
-                            "check the firewall and proxy settings")
+        return Finding(*egress.verdict(endpoint, failure, ctx.http_policy))
 
 
 def check_agent_pool(ctx):

@@ -142,6 +142,13 @@ def azure_endpoints(cfg):
             Endpoint("Entra ID (sign-in)", endpoints.authority, (_host(endpoints.authority),), AKS_SOURCE)]
 
 
+def api_server(server):
+    """The cluster's API server (checks.check_cluster_api probes it with the cluster's CA,
+    once this node knows it): on AKS <dns prefix>-<hash>.hcp.<region>.azmk8s.io (AKS_SOURCE:
+    *.hcp.<location>.azmk8s.io)."""
+    return Endpoint("the cluster's API server", server.rstrip("/") + "/readyz", (_host(server),), AKS_SOURCE)
+
+
 def arc_endpoints(cfg):
     """The Arc service the Connected Machine agent needs for certain: the global HIS endpoint
     (every connect asks it for the region's); a custom cloud's is not known, so nothing."""
