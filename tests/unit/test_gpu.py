@@ -10,6 +10,8 @@ import pytest
 from aks_flex_node.gpu import detect
 from aks_flex_node.host import Host
 from aks_flex_node.steps import gpu
+from aks_flex_node.steps.context import JoinContext
+from aks_flex_node.steps.join_data import JoinData
 from aks_flex_node.steps.runtime import containerd_config
 
 from tests import gpu_fixtures
@@ -128,3 +130,45 @@ def test_the_dropin_is_nvidias_runtime_as_the_default():
 def test_the_gpu_settings_load(tmp_path):
     cfg = load(make_root(tmp_path), with_values(gpu="nvidia", gpu_taints="sku=gpu:NoSchedule"))
     assert cfg.gpu == "nvidia" and cfg.gpu_taints == ["sku=gpu:NoSchedule"]
+
+
+def _ctx(tmp_path, host, **values):
+    base = tmp_path / f"cfg{len(list(tmp_path.glob('cfg*')))}"  # one config root each
+    cfg = load(make_root(base), with_values(**values))
+    return JoinContext(cfg, host=host, ledger=None, data=JoinData())
+
+
+def test_auto_with_both_vendors_asks_to_choose(machine, tmp_path):
+    root, state, host = machine
+    gpu_fixtures.nvidia_gpus(root, state)
+    gpu_fixtures.amd_gpus(root)
+    with pytest.raises(gpu.GpuError) as err:
+        gpu.chosen(_ctx(tmp_path, host))
+    assert err.value.code == "gpu-ambiguous"
+    assert gpu.chosen(_ctx(tmp_path, host, gpu="amd")) == ("amd", None)
+
+
+def test_a_vendor_named_but_not_found_is_an_error_naming_the_setting(machine, tmp_path):
+    root, _state, host = machine
+    gpu_fixtures.amd_gpus(root)
+    with pytest.raises(gpu.GpuError) as err:
+        gpu.chosen(_ctx(tmp_path, host, gpu="nvidia"))
+    assert err.value.code == "gpu-not-found" and "gpu = nvidia" in err.value.message
+
+
+def test_auto_without_a_gpu_and_off_make_a_plain_node_with_the_reason(machine, tmp_path):
+    root, _state, host = machine
+    vendor, why = gpu.chosen(_ctx(tmp_path, host))
+    assert vendor is None and "/sys/bus/pci/devices" in why  # no bus: said so
+    gpu_fixtures.pci_function(root, "0000:00:03.0", 0x8086, 0x10d3, pci_class=0x020000)
+    assert gpu.chosen(_ctx(tmp_path, host))[0] is None
+    assert gpu.chosen(_ctx(tmp_path, host, gpu="off")) == (None, "gpu = off")
+
+
+def test_the_operators_label_wins_and_a_taint_is_not_doubled(machine, tmp_path):
+    root, state, host = machine
+    gpu_fixtures.nvidia_gpus(root, state)
+    ctx = _ctx(tmp_path, host, node_labels="kubernetes.azure.com/accelerator=nvidia-h100",
+               node_taints="sku=gpu:NoSchedule", gpu_taints="sku=gpu:NoSchedule,nvidia.com/gpu:NoSchedule")
+    assert gpu.node_labels(ctx) == ["aks-flex-node/gpu-count=1", "aks-flex-node/gpu-model=NVIDIA-H100-80GB-HBM3"]
+    assert gpu.node_taints(ctx) == ["nvidia.com/gpu:NoSchedule"]
