@@ -131,3 +131,27 @@ def test_a_gpu_node_set_to_gpu_off_loses_the_runtime_and_containerd_is_restarted
     assert b"imports" not in node.read("/etc/containerd/config.toml")
     services = [c["what"] for p in summary["phases"] if p["name"] == "services" for c in p["changes"]]
     assert "restart containerd" in services
+
+
+def test_a_driver_and_toolkit_upgraded_between_passes_restart_nothing(node):
+    """apt upgrading the driver or the toolkit changes neither file of ours: the next pass
+    checks the runtime again and owes containerd no restart (issue 29, item 5)."""
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir)
+    proc, planned = node.cli_json("bootstrap", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    planned = {p["name"]: [c["what"] for c in p["changes"]] for p in planned["phases"]}
+    assert planned["gpu"] == [f"write {gpu.DROPIN} (mode 0644)"] and "start containerd" in planned["services"]
+    assert gpu.DROPIN not in node.files()  # a dry run writes nothing
+    node.cli("bootstrap", check=True)
+    upgraded = gpu_fixtures.NVIDIA_VERSION_TEXT.replace(gpu_fixtures.DRIVER, "570.86.15")
+    gpu_fixtures._write(node.root, "/proc/driver/nvidia/version", upgraded)
+    with open(f"{node.state_dir}/nvidia-gpus.json") as f:
+        state = json.load(f)
+    with open(f"{node.state_dir}/nvidia-gpus.json", "w") as f:
+        json.dump({**state, "driver_version": "570.86.15", "toolkit_version": "1.18.0"}, f)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    phases = {p["name"]: p for p in summary["phases"]}
+    assert phases["gpu"]["status"] == "unchanged" and "570.86.15" in phases["gpu"]["message"]
+    assert "1.18.0" in phases["gpu"]["message"]
+    assert not [c for c in phases["services"]["changes"] if "containerd" in c["what"]]
