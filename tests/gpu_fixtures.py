@@ -61,9 +61,10 @@ def nvidia_gpus(root, state_dir, count=1, driver=True, toolkit=True, model=H100)
 
 
 def amd_gpus(root, count=1, driver=True):
-    """`count` AMD Instinct GPUs (3D controllers), amdgpu loaded and /dev/kfd there unless told otherwise."""
+    """`count` AMD Instinct MI300X, processing accelerators (class 0x1200) as they report
+    themselves, amdgpu loaded and /dev/kfd there unless told otherwise."""
     for i in range(count):
-        pci_function(root, f"0000:{i + 0x11:02x}:00.0", 0x1002, MI300X["device"], pci_class=0x030200)
+        pci_function(root, f"0000:{i + 0x11:02x}:00.0", 0x1002, MI300X["device"], pci_class=0x120000)
     if driver:
         os.makedirs(os.path.join(str(root), "sys/module/amdgpu"), exist_ok=True)
         _write(root, "/dev/kfd", "")

@@ -1,10 +1,15 @@
 """What accelerators this machine has, read from sysfs and procfs, not from tools that may
 be missing (a GPU whose driver is not installed has no nvidia-smi either).
 
-- The GPUs: PCI functions whose class is a display controller, VGA (0x0300) or 3D (0x0302)
-  (PCI Code and ID Assignment Specification, base class 03h), by vendor ID: NVIDIA 0x10de,
-  AMD 0x1002 (the PCI ID repository, pci-ids.ucw.cz), under /sys/bus/pci/devices/*/class
-  and vendor (the kernel's Documentation/ABI/testing/sysfs-bus-pci).
+- The GPUs: PCI functions by vendor ID, NVIDIA 0x10de and AMD 0x1002 (the PCI ID
+  repository, pci-ids.ucw.cz), and class (PCI Code and ID Assignment Specification: base
+  class 03h, display controller, subclass 00h VGA, 02h 3D, 80h other; 12h, processing
+  accelerator), under /sys/bus/pci/devices/*/class and vendor (the kernel's
+  Documentation/ABI/testing/sysfs-bus-pci). NVIDIA's GPUs are VGA or 3D controllers; AMD's
+  Instinct accelerators are display controllers of class 0x0380 (MI200: an MI250X is
+  "Display controller [0380]: ... [1002:740c]") or
+  processing accelerators, 0x1200 (MI300X: `lspci -nn` shows "Processing accelerators
+  [1200]: ... [1002:74a1]"), which another vendor's NPU is too, so 0x1200 counts for AMD only.
 - NVIDIA's driver: /proc/driver/nvidia/version, which its kernel module makes once loaded
   (NVIDIA driver README, "Installed Components" / procfs interface); nvidia-smi, where
   present, names the models and the driver version.
@@ -29,8 +34,10 @@ from aks_flex_node.host import careful_read
 from aks_flex_node.host.run import CommandError
 
 PCI_DEVICES = "/sys/bus/pci/devices"
-DISPLAY_CLASSES = {0x0300: "VGA", 0x0302: "3D"}
+CLASSES = {0x0300: "VGA", 0x0302: "3D", 0x0380: "display", 0x1200: "accelerator"}
 VENDORS = {0x10de: "nvidia", 0x1002: "amd"}
+# The classes a vendor's GPU shows as; "other" is any other vendor's (an Intel iGPU, a BMC's VGA).
+GPU_CLASSES = {"nvidia": {0x0300, 0x0302}, "amd": {0x0300, 0x0302, 0x0380, 0x1200}, "other": {0x0300, 0x0302}}
 VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
 NVIDIA_VERSION = "/proc/driver/nvidia/version"
 NVIDIA_RUNTIME = "/usr/bin/nvidia-container-runtime"
@@ -54,7 +61,7 @@ class PciGpu:
     vendor: str  # nvidia | amd | other
     vendor_id: int
     device_id: Optional[int]
-    kind: str  # VGA | 3D
+    kind: str  # VGA | 3D | display | accelerator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +105,7 @@ def _hex(text):
 
 
 def pci_gpus(host):
-    """(the display and 3D controllers on the PCI bus, why the bus was not seen or None)."""
+    """(the GPUs on the PCI bus, every vendor's, why the bus was not seen or None)."""
     names = host.listdir(PCI_DEVICES)
     if names is None:
         return (), f"{PCI_DEVICES} does not exist (a container, or no PCI bus)"
@@ -106,13 +113,14 @@ def pci_gpus(host):
     for name in names[:MAX_DEVICES]:
         base = f"{PCI_DEVICES}/{name}"
         pci_class = _hex(_attribute(host, f"{base}/class"))
-        if pci_class is None or (pci_class >> 8) not in DISPLAY_CLASSES:
+        if pci_class is None or (pci_class >> 8) not in CLASSES:
             continue
         vendor_id = _hex(_attribute(host, f"{base}/vendor"))
-        if vendor_id is None:
+        vendor = VENDORS.get(vendor_id, "other")
+        if vendor_id is None or (pci_class >> 8) not in GPU_CLASSES[vendor]:
             continue
-        found.append(PciGpu(name, VENDORS.get(vendor_id, "other"), vendor_id,
-                            _hex(_attribute(host, f"{base}/device")), DISPLAY_CLASSES[pci_class >> 8]))
+        found.append(PciGpu(name, vendor, vendor_id, _hex(_attribute(host, f"{base}/device")),
+                            CLASSES[pci_class >> 8]))
     return tuple(found), None
 
 

@@ -23,7 +23,7 @@ and what a GPU node gets:
 
 Preflight (preflight_verdict) stops a join before any change when the GPU cannot be used:
 no driver, a driver without the toolkit, a containerd that would drop the rest of its
-config when importing the drop-in, two vendors and `gpu = auto`.
+config when importing the drop-in, a vendor named that is not there.
 """
 
 import re
@@ -92,8 +92,9 @@ def inventory(ctx):
 
 
 def chosen(ctx):
-    """(the vendor this node is a GPU node of, or None, why not). GpuError when the
-    setting names a vendor that is not there, or `auto` finds two."""
+    """(the vendor this node is a GPU node of, or None, why not). GpuError when the setting
+    names a vendor that is not there. `auto` with both takes NVIDIA: an AMD GPU beside an
+    NVIDIA one is most often the CPU's integrated graphics (preflight warns)."""
     setting = ctx.config.gpu
     if setting == "off":
         return None, "gpu = off"
@@ -101,9 +102,6 @@ def chosen(ctx):
     if setting == "auto":
         if found.unseen:
             return None, f"no GPU seen: {found.unseen}"
-        if len(found.vendors) > 1:
-            raise GpuError(f"gpu = auto found {' and '.join(detect.describe(found, v) for v in found.vendors)}",
-                           remedy="choose one: set gpu = nvidia or gpu = amd in the config", code="gpu-ambiguous")
         if not found.vendors:
             return None, "no NVIDIA or AMD display or 3D controller on the PCI bus"
         return found.vendors[0], None
@@ -229,6 +227,10 @@ def preflight_verdict(ctx):
     if found.secure_boot and found.nvidia_unsigned:
         return WARNING, "the nvidia module is unsigned (it tainted the kernel 'E') while Secure Boot is on", \
             "sign it with an enrolled key (wiki.debian.org/SecureBoot), or the next boot may not load it"
+    if ctx.config.gpu == "auto" and found.of("amd"):
+        return WARNING, f"gpu = auto found {shown} and {detect.describe(found, 'amd')}: this node is an NVIDIA " \
+            "GPU node (an AMD one beside NVIDIA's is most often the CPU's integrated graphics)", \
+            "nothing, or set gpu = amd in the config to make it an AMD GPU node"
     return None
 
 

@@ -138,14 +138,30 @@ def _ctx(tmp_path, host, **values):
     return JoinContext(cfg, host=host, ledger=None, data=JoinData())
 
 
-def test_auto_with_both_vendors_asks_to_choose(machine, tmp_path):
+def test_auto_with_both_vendors_takes_nvidia_and_preflight_says_so(machine, tmp_path):
+    """An AMD GPU beside an NVIDIA one is most often the CPU's integrated graphics (a Ryzen
+    APU's VGA controller): `auto` must not stop such a machine's join; it takes NVIDIA and
+    preflight warns, naming the setting that chooses AMD."""
     root, state, host = machine
     gpu_fixtures.nvidia_gpus(root, state)
-    gpu_fixtures.amd_gpus(root)
-    with pytest.raises(gpu.GpuError) as err:
-        gpu.chosen(_ctx(tmp_path, host))
-    assert err.value.code == "gpu-ambiguous"
+    gpu_fixtures.pci_function(root, "0000:0e:00.0", 0x1002, 0x1681, pci_class=0x030000)  # an APU's iGPU
+    assert gpu.chosen(_ctx(tmp_path, host)) == ("nvidia", None)
+    severity, message, remedy = gpu.preflight_verdict(_ctx(tmp_path, host))
+    assert severity == "warning" and "AMD" in message and "gpu = amd" in remedy
     assert gpu.chosen(_ctx(tmp_path, host, gpu="amd")) == ("amd", None)
+
+
+def test_amd_instinct_accelerators_are_found_by_the_classes_they_report(machine):
+    """MI300X reports itself a processing accelerator (class 0x1200: lspci -nn shows
+    "Processing accelerators [1200]: ... [1002:74a1]"), an MI250X a display controller of class
+    0x0380 ("Display controller [0380]: ... [1002:740c]"); an Intel NPU (8086:7d1d, also 0x1200) is no GPU."""
+    root, _state, host = machine
+    gpu_fixtures.pci_function(root, "0000:11:00.0", 0x1002, 0x74a1, pci_class=0x120000)
+    gpu_fixtures.pci_function(root, "0000:12:00.0", 0x1002, 0x740c, pci_class=0x038000)
+    gpu_fixtures.pci_function(root, "0000:00:0b.0", 0x8086, 0x7d1d, pci_class=0x120000)
+    found = detect.detect(host)
+    assert [(g.address, g.vendor, g.kind) for g in found.gpus] == [
+        ("0000:11:00.0", "amd", "accelerator"), ("0000:12:00.0", "amd", "display")]
 
 
 def test_a_vendor_named_but_not_found_is_an_error_naming_the_setting(machine, tmp_path):
