@@ -121,8 +121,20 @@ def _vendor(ctx):
 
 
 def runtime_wanted(ctx):
-    """containerd is to import DROPIN (runtime.ContainerdConfigStep)."""
-    return _vendor(ctx) == "nvidia"
+    """(containerd is to run NVIDIA's runtime, why not): an NVIDIA GPU node whose toolkit is
+    installed. Without the toolkit, a default runtime whose binary is not there would fail
+    every container, the pause sandbox first: containerd keeps runc until the toolkit is
+    there (preflight names it; a join told to go on anyway joins without the runtime)."""
+    try:
+        vendor, why = chosen(ctx)
+    except GpuError as err:
+        return False, err.message  # preflight and the gpu phase fail with it
+    if vendor != "nvidia":
+        return False, why
+    if not inventory(ctx).nvidia_runtime:
+        return False, (f"NVIDIA's container toolkit is not installed ({detect.NVIDIA_RUNTIME} does not exist): "
+                       "containerd keeps runc until it is")
+    return True, None
 
 
 def _containerd_major(cfg):
@@ -246,9 +258,10 @@ class GpuStep(tracked.OwnsPaths, Step):
 
     def check(self, ctx):
         plan = Plan()
-        vendor, why = chosen(ctx)  # gpu = off reads nothing of the machine
+        vendor, _why = chosen(ctx)  # GpuError: the setting names a vendor not there; off reads nothing
+        wanted, why = runtime_wanted(ctx)
         owes = (restart("containerd", f"{DROPIN} changed"),)
-        if vendor == "nvidia":
+        if wanted:
             _check_containerd(ctx.config)
             tracked.plan_file(ctx, plan, self.name, DROPIN, nvidia_dropin(), 0o644,
                               why="containerd's NVIDIA runtime", owes=owes)

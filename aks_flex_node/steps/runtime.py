@@ -178,7 +178,7 @@ class ContainerdConfigStep(tracked.OwnsPaths, Step):
         # leaves, unbootstrap takes it along (and leaves a pre-existing one alone).
         for state_dir in CONTAINERD_STATE_DIRS:
             self.plan_dir(ctx, plan, state_dir, 0o711)
-        imports = (gpu.DROPIN,) if gpu.runtime_wanted(ctx) else ()
+        imports = (gpu.DROPIN,) if gpu.runtime_wanted(ctx)[0] else ()
         tracked.plan_file(ctx, plan, self.name, CONTAINERD_CONFIG, containerd_config(ctx.config, imports),
                           0o644, why="containerd's settings",
                           owes=(restart("containerd", f"{CONTAINERD_CONFIG} changed"),))

@@ -5,6 +5,7 @@ left in the root (containerd's config and drop-in, the kubelet's command line), 
 the stand-in kubelet registered, and what preflight names."""
 
 import json
+import os
 
 from aks_flex_node.steps import gpu
 from tests import gpu_fixtures, harness
@@ -155,3 +156,28 @@ def test_a_driver_and_toolkit_upgraded_between_passes_restart_nothing(node):
     assert phases["gpu"]["status"] == "unchanged" and "570.86.15" in phases["gpu"]["message"]
     assert "1.18.0" in phases["gpu"]["message"]
     assert not [c for c in phases["services"]["changes"] if "containerd" in c["what"]]
+
+
+def test_without_the_toolkit_containerd_keeps_runc_until_it_is_installed(node):
+    """A default runtime whose binary is not there fails every container, the pause sandbox
+    first: a join told to go on without the toolkit (--ignore-preflight-errors=gpu) leaves
+    containerd on runc; the pass after the toolkit is installed gives it NVIDIA's runtime, and
+    one after it is removed takes the runtime away again."""
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir, toolkit=False)
+    proc, summary = node.cli_json("bootstrap", "--ignore-preflight-errors=gpu")
+    assert proc.returncode == 0, proc.stderr
+    gpu_phase = {p["name"]: p for p in summary["phases"]}["gpu"]
+    assert gpu_phase["status"] == "unchanged" and "/usr/bin/nvidia-container-runtime" in gpu_phase["message"]
+    assert gpu.DROPIN not in node.files() and b"imports" not in node.read("/etc/containerd/config.toml")
+
+    runtime = gpu_fixtures._write(node.root, "/usr/bin/nvidia-container-runtime", "#!/bin/sh\n", 0o755)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert node.read(gpu.DROPIN) == gpu.nvidia_dropin() and b"imports" in node.read("/etc/containerd/config.toml")
+    services = [c["what"] for p in summary["phases"] if p["name"] == "services" for c in p["changes"]]
+    assert "restart containerd" in services
+
+    os.remove(runtime)
+    proc, summary = node.cli_json("bootstrap", "--ignore-preflight-errors=gpu")
+    assert proc.returncode == 0, proc.stderr
+    assert gpu.DROPIN not in node.files() and b"imports" not in node.read("/etc/containerd/config.toml")
