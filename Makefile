@@ -178,9 +178,11 @@ repo: deb
 
 # debian-archive-keyring: mmdebstrap verifies bookworm with it (an Ubuntu host lacks it).
 E2E_DEPS := mmdebstrap systemd-container util-linux zstd aptly gnupg debhelper equivs piuparts \
-            debian-archive-keyring iproute2 openssh-client
+            debian-archive-keyring iproute2 openssh-client docker-registry skopeo python3-grpcio
 # iproute2: the nodes' network namespaces (ip netns). openssh-client: Ansible reaches the
-# fleet scenario's nodes over ssh (tests/e2e/test_ansible.py).
+# fleet scenario's nodes over ssh (tests/e2e/test_ansible.py). docker-registry, skopeo and
+# python3-grpcio: the private registry, the push of the images built from local files and
+# the CRI client of the registry-mirror scenario (tests/e2e/test_registry_mirror.py).
 
 e2e-deps:
 	@$(call apt_install,$(E2E_DEPS))

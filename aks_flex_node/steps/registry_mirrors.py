@@ -8,11 +8,15 @@ registry_ca_file when one is set. Not the deprecated `mirrors` section of config
 (containerd RELEASES.md, "Deprecated config properties": registry `mirrors` and `configs`,
 removed in 2.2).
 
-The mirror is the namespace's `server`, with no [host] table before it: containerd tries
-the hosts first and the server last, and a server given is the only one it asks (docs/
-hosts.md, "server field" and "Setup Default Mirror for All Registries"), so a pull never
-goes around the mirror to the registry itself. Its capabilities are pull and resolve: a
-mirror we trust to resolve tags (docs/hosts.md's "Private Mirror"), never to be pushed to.
+The mirror is the namespace's `server` and its one [host]: containerd tries the hosts first
+and the server last, falling back to the registry itself only when no server is given
+(docs/hosts.md, "server field" and "Setup Default Mirror for All Registries"), so a pull
+never goes around the mirror to the registry. The [host] table is not decoration:
+containerd 1.6 and 1.7 refuse a hosts.toml that has none ("failed to decode hosts.toml",
+error "invalid `host` tree": their getSortedHosts in remotes/docker/config/hosts.go) and
+then pull from the registry itself, as the e2e scenario saw with Debian 13's containerd
+1.7.24 (tests/e2e/test_registry_mirror.py). Its capabilities are pull and resolve: a mirror
+we trust to resolve tags (docs/hosts.md's "Private Mirror"), never to be pushed to.
 
 No restart is owed: containerd reads the namespace's hosts.toml at each pull (core/remotes/
 docker/config/hosts.go: ConfigureHosts calls loadHostDir for every host it resolves), and
@@ -66,15 +70,20 @@ def namespace_dir(namespace):
 
 
 def hosts_toml(mirror, ca_path=None):
-    """The hosts.toml sending every pull of a registry to `mirror` alone (its CA `ca_path`)."""
+    """The hosts.toml sending every pull of a registry to `mirror` alone (its CA `ca_path`):
+    the mirror as a [host] and as the server, each with the same settings."""
+    settings = ["capabilities = [" + ", ".join(toml_string(c) for c in CAPABILITIES) + "]"]
+    if ca_path:
+        settings.append(f"ca = {toml_string(ca_path)}")
     lines = [
         "# Written by aks-flex-node from registry_mirrors in its config; changes are overwritten",
         "# at the next bootstrap. The mirror is the only server asked (containerd docs/hosts.md).",
         f"server = {toml_string(mirror)}",
-        "capabilities = [" + ", ".join(toml_string(c) for c in CAPABILITIES) + "]",
+        *settings,
+        "",
+        f"[host.{toml_string(mirror)}]",
+        *(f"  {line}" for line in settings),
     ]
-    if ca_path:
-        lines.append(f"ca = {toml_string(ca_path)}")
     return ("\n".join(lines) + "\n").encode()
 
 

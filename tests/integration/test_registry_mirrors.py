@@ -77,8 +77,8 @@ def test_each_registry_gets_a_hosts_toml_naming_its_mirror_and_the_ca_beside_it(
     configure(node, registry_mirrors=two_mirrors(node), registry_ca_file=with_ca(node))
     summary = bootstrap(node)
     for directory in (MCR, LOCAL):
-        assert hosts(node, directory) == {"server": mirror(node),
-                                          "capabilities": ["pull", "resolve"], "ca": f"{directory}/{CA_NAME}"}
+        settings = {"capabilities": ["pull", "resolve"], "ca": f"{directory}/{CA_NAME}"}
+        assert hosts(node, directory) == {"server": mirror(node), **settings, "host": {mirror(node): settings}}
         assert node.read(f"{directory}/{CA_NAME}") == ca_pem(node)
         assert node.mode(f"{directory}/hosts.toml") == 0o644 and node.mode(f"{directory}/{CA_NAME}") == 0o644
     # In the ledger as the phase's, with the directories it made; none owes a restart.
@@ -121,7 +121,8 @@ def test_a_removed_mirror_loses_its_files_and_directory_at_the_next_bootstrap(no
     summary = bootstrap(node)
     assert not os.path.lexists(node.path(MCR))
     assert not os.path.lexists(node.path(f"{LOCAL}/{CA_NAME}"))
-    assert hosts(node, LOCAL) == {"server": mirror(node), "capabilities": ["pull", "resolve"]}
+    settings = {"capabilities": ["pull", "resolve"]}
+    assert hosts(node, LOCAL) == {"server": mirror(node), **settings, "host": {mirror(node): settings}}
     assert set(ledger_files(node)) == {CERTS, LOCAL, f"{LOCAL}/hosts.toml"}
     assert changes(bootstrap(node)) == []
 
