@@ -54,3 +54,15 @@ def pods(emu):
 
 def node_object(emu):
     return {n["metadata"]["name"]: n for n in emu.state()["nodes"][C.CLUSTER_NAME]}[MACHINE_NAME]
+
+
+def registered_node(emu, name=MACHINE_NAME):
+    """The cluster's Node `name`, or None when it is not registered (deleted, or not yet)."""
+    return {n["metadata"]["name"]: n for n in emu.state()["nodes"].get(C.CLUSTER_NAME, [])}.get(name)
+
+
+def pool_machines(emu):
+    """The Machines of every agent pool in the emulator's state, by name."""
+    state = emu.state()
+    return {m["name"]: m for pool in state.get("agentpool_machines", {}).values()
+            for m in (pool.values() if isinstance(pool, dict) else pool)}

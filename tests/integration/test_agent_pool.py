@@ -15,18 +15,9 @@ from tests.emulator import roles as emulator_roles
 from tests.agent_fixtures import PENDING, start_agent, status, wait_for_passes
 from tests.harness import MACHINE_NAME
 from tests.waiting import wait_for
+from tests.workload_fixtures import pool_machines, registered_node
 
 POOL_SCOPE = f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}"
-
-
-def _node_object(emu, name=MACHINE_NAME):
-    return {n["metadata"]["name"]: n for n in emu.state()["nodes"].get(C.CLUSTER_NAME, [])}.get(name)
-
-
-def _pool_machines(emu):
-    state = emu.state()
-    return {m["name"]: m for pool in state.get("agentpool_machines", {}).values()
-            for m in (pool.values() if isinstance(pool, dict) else pool)}
 
 
 def _tokens(emu):
@@ -49,7 +40,7 @@ def test_join_reaches_ready_by_tls_bootstrap_with_only_the_pool_role(pool_node):
         assert "agent-pool mode" in phases[arc_only]["message"]
 
     # The Node: created by the kubelet as system:node:NAME, authenticated by a certificate.
-    registered = _node_object(emu)
+    registered = registered_node(emu)
     assert registered["_registeredBy"] == f"system:node:{MACHINE_NAME}"
     assert registered["_authenticatedBy"] == "x509"
     ready = [c for c in registered["status"]["conditions"] if c["type"] == "Ready"]
@@ -66,7 +57,7 @@ def test_join_reaches_ready_by_tls_bootstrap_with_only_the_pool_role(pool_node):
     assert [(a["scope"].lower(), a["role_guid"]) for a in held] == [(POOL_SCOPE.lower(), C.ROLE_AKS_FLEX_NODE_AGENT)]
     for assignment in held:
         assert emulator_roles.BUILT_IN[assignment["role_guid"]][2]["dataActions"] == []
-    [machine] = _pool_machines(emu).values()
+    [machine] = pool_machines(emu).values()
     assert machine["name"] == MACHINE_NAME
     assert machine["spec"]["kubernetes"]["orchestratorVersion"] == C.K8S_VERSION
 
@@ -124,11 +115,11 @@ def test_unbootstrap_leaves_the_node_and_machine_and_says_who_may_delete_them(po
     # A kubelet may not delete its own Node (Kubernetes >= 1.13): asked as the kubelet,
     # refused, and left to the cluster, said plainly.
     assert emu.requests(server="apiserver", method="DELETE", path_contains=f"/nodes/{MACHINE_NAME}")
-    assert _node_object(emu) is not None
+    assert registered_node(emu) is not None
     [left] = [k for k in summary["kept"] if k.startswith(f"Kubernetes node {MACHINE_NAME}")]
     assert "left to the cluster" in left and f"kubectl delete node {MACHINE_NAME}" in left
     # The Flex Node Agent Role may not delete the Machine: kept, and the command is named.
-    assert MACHINE_NAME in _pool_machines(emu)
+    assert MACHINE_NAME in pool_machines(emu)
     [kept] = [k for k in summary["kept"] if "machine" in k]
     assert "az aks nodepool delete-machines" in kept and f"--machine-names {MACHINE_NAME}" in kept
     assert not os.path.exists(node.path("/var/lib/kubelet"))
@@ -144,7 +135,7 @@ def test_unbootstrap_with_a_credential_that_may_deletes_the_machine(node):
     assert node.cli_json("bootstrap")[0].returncode == 0
     proc, _summary = node.cli_json("unbootstrap")
     assert proc.returncode == 0, proc.stderr
-    assert MACHINE_NAME not in _pool_machines(node.emu)
+    assert MACHINE_NAME not in pool_machines(node.emu)
     assert node.emu.requests(server="arm", method="POST", path_contains="deleteMachines")
 
 
@@ -224,7 +215,7 @@ def test_the_agent_asks_the_pool_for_a_token_only_when_the_kubelet_needs_one(poo
     assert node.mode("/var/lib/kubelet/bootstrap-kubeconfig") == 0o600
     new = json.loads(node.read("/var/lib/kubelet/bootstrap-kubeconfig"))["users"][0]["user"]["token"]
     assert new != token and new.split(".")[0] in {t["token_id"] for t in _tokens(emu)}
-    node_object = _node_object(emu)
+    node_object = registered_node(emu)
     assert [c["status"] for c in node_object["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
 
 
@@ -244,7 +235,7 @@ def test_a_pending_join_is_retried_until_the_pool_role_is_in_place(pool_node):
     try:
         assert wait_for(lambda: status(node).get("state") == "pending", 60), status(node)
         assert "agent-pool" in json.dumps(status(node).get("error"))
-        assert _pool_machines(emu) == {} and _minted(emu) == 0
+        assert pool_machines(emu) == {} and _minted(emu) == 0
         role_id = (f"/subscriptions/{C.SUBSCRIPTION_ID}/providers/Microsoft.Authorization/roleDefinitions/"
                    f"{C.ROLE_AKS_FLEX_NODE_AGENT}")
         put = emu.arm_call("PUT", path, "2022-04-01", body={"properties": {
@@ -260,4 +251,4 @@ def test_a_pending_join_is_retried_until_the_pool_role_is_in_place(pool_node):
     # The two 429s were waited out (Retry-After), then one token minted.
     throttled = emu.requests(server="arm", method="POST", path_contains="/listBootstrapData")
     assert [r["status"] for r in throttled] == [429, 429, 200]
-    assert MACHINE_NAME in _pool_machines(emu)
+    assert MACHINE_NAME in pool_machines(emu)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.emulator import constants as C
 from tests.harness import MACHINE_NAME
+from tests.workload_fixtures import registered_node
 
 POOL_SCOPE = f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}"
 TOKEN_PATH = "/etc/aks-flex-node/bootstrap-token"
@@ -69,10 +70,6 @@ def azure_requests_since(node, probes=False):
             if r["server"] in AZURE_SERVERS and (probes or (r["method"], r["path"]) != ("GET", "/"))]
 
 
-def _node_object(emu, name=MACHINE_NAME):
-    return {n["metadata"]["name"]: n for n in emu.state()["nodes"].get(C.CLUSTER_NAME, [])}.get(name)
-
-
 def test_join_status_again_and_unbootstrap_ask_azure_nothing(token_node):
     node, emu = token_node, token_node.emu
     proc, summary = node.cli_json("bootstrap")
@@ -83,7 +80,7 @@ def test_join_status_again_and_unbootstrap_ask_azure_nothing(token_node):
     assert "bootstrap-token mode" in phases["machine"]["message"]
 
     # The kubelet created its Node as system:node:NAME with the certificate it got by TLS bootstrap.
-    registered = _node_object(emu)
+    registered = registered_node(emu)
     assert registered["_registeredBy"] == f"system:node:{MACHINE_NAME}"
     assert registered["_authenticatedBy"] == "x509"
     assert [c["status"] for c in registered["status"]["conditions"] if c["type"] == "Ready"] == ["True"]

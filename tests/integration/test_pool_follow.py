@@ -11,8 +11,8 @@ import os
 from tests import harness
 from tests.emulator import constants as C
 from tests.harness import MACHINE_NAME
-from tests.integration.test_agent_pool import _node_object, _pool_machines
 from tests.waiting import wait_for
+from tests.workload_fixtures import pool_machines, registered_node
 
 LEDGER = "/var/lib/aks-flex-node/ledger.json"
 NEW = "1.31.2"
@@ -24,12 +24,12 @@ def _ledger_goal(node):
 
 
 def _kubelet_version(emu):
-    node = _node_object(emu) or {}
+    node = registered_node(emu) or {}
     return ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
 
 
 def _machine(emu):
-    return _pool_machines(emu)[MACHINE_NAME]
+    return pool_machines(emu)[MACHINE_NAME]
 
 
 def _status(node):
@@ -64,7 +64,7 @@ def test_a_pool_upgrade_moves_the_kubelet_and_a_rollback_brings_it_back(pool_nod
     emu.admin("POST", "clusters/upgrade", {"cluster_id": C.CLUSTER_ID, "kubernetes_version": NEW})
     op = emu.upgrade_pool(C.CLUSTER_ID, C.FLEX_POOL, NEW)
     # The RP wrote the goal, drained and deleted the Node: the signal.
-    assert wait_for(lambda: _node_object(emu) is None, 30), emu.pool_operation(op)
+    assert wait_for(lambda: registered_node(emu) is None, 30), emu.pool_operation(op)
     machine = _machine(emu)
     assert machine["spec"]["kubernetes"]["orchestratorVersion"] == NEW
 
@@ -91,7 +91,7 @@ def test_a_pool_upgrade_moves_the_kubelet_and_a_rollback_brings_it_back(pool_nod
 
     # Rollback: the previous settings, a new eTag, an older minor: allowed because the pool asks.
     op = emu.rollback_pool(C.CLUSTER_ID, C.FLEX_POOL)
-    assert wait_for(lambda: _node_object(emu) is None, 30), emu.pool_operation(op)
+    assert wait_for(lambda: registered_node(emu) is None, 30), emu.pool_operation(op)
     proc, status = _pass(node)
     assert proc.returncode == 0, proc.stderr
     assert _kubelet_version(emu) == f"v{C.K8S_VERSION}"
@@ -113,7 +113,7 @@ def test_a_new_goal_without_the_nodes_deletion_changes_nothing(pool_node):
     machine = _machine(emu)
     assert machine["etag"] == etag and machine["spec"]["kubernetes"]["orchestratorVersion"] == NEW
     assert "machine goal: wait" in node.cli("status").stdout
-    conditions = {c["type"]: c for c in _node_object(emu)["status"]["conditions"]}
+    conditions = {c["type"]: c for c in registered_node(emu)["status"]["conditions"]}
     assert conditions["FlexNodeMachineGoalBlocked"]["status"] == "False"
 
 
@@ -124,8 +124,8 @@ def test_delete_machines_makes_the_node_leave(pool_node):
     path = f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}/deleteMachines"
     status, _headers, body = emu.arm_call("POST", path, "2026-05-02-preview", {"machineNames": [MACHINE_NAME]})
     assert status == 202, body
-    assert wait_for(lambda: MACHINE_NAME not in _pool_machines(emu), 30)
-    taints = [t["key"] for t in _node_object(emu)["spec"]["taints"]]
+    assert wait_for(lambda: MACHINE_NAME not in pool_machines(emu), 30)
+    taints = [t["key"] for t in registered_node(emu)["spec"]["taints"]]
     assert "kubernetes.azure.com/flex-node-deleting" in taints
 
     proc, status = _pass(node)
@@ -135,7 +135,7 @@ def test_delete_machines_makes_the_node_leave(pool_node):
     assert not os.path.lexists(node.path(LEDGER))  # the host is clean: nothing left to undo
     assert not os.path.lexists(node.path("/usr/local/bin/kubelet"))
     # The Node is the cluster's to remove (no node may delete its own), tainted as the RP left it.
-    assert _node_object(emu) is not None
+    assert registered_node(emu) is not None
     # The agent is idle now: nothing joined, nothing pending.
     proc = node.cli("agent", "--once")
     assert proc.returncode == 0, proc.stderr
@@ -169,7 +169,7 @@ def test_a_node_that_lost_its_role_keeps_its_version_and_says_why(pool_node):
     assert status["machine_goal"]["verdict"] == "blocked" and status["machine_goal"]["code"] == "forbidden"
     assert "Flex Node Agent Role" in status["error"]["remedy"] or "role" in status["error"]["message"]
     assert _kubelet_version(emu) == f"v{C.K8S_VERSION}"
-    conditions = {c["type"]: c for c in _node_object(emu)["status"]["conditions"]}
+    conditions = {c["type"]: c for c in registered_node(emu)["status"]["conditions"]}
     assert conditions["FlexNodeMachineGoalBlocked"]["status"] == "True"
     assert conditions["FlexNodeMachineGoalBlocked"]["reason"] == "Forbidden"
 
@@ -185,7 +185,7 @@ def test_a_goal_whose_kubelet_fails_is_rolled_back_not_retried_and_upgrade_tries
     node.env["FAKE_KUBELET_FAIL_VERSIONS"] = NEW
     emu.admin("POST", "clusters/upgrade", {"cluster_id": C.CLUSTER_ID, "kubernetes_version": NEW})
     emu.upgrade_pool(C.CLUSTER_ID, C.FLEX_POOL, NEW)
-    assert wait_for(lambda: _node_object(emu) is None, 30)
+    assert wait_for(lambda: registered_node(emu) is None, 30)
     etag = _machine(emu)["etag"]
 
     proc, status = _pass(node)
@@ -199,7 +199,7 @@ def test_a_goal_whose_kubelet_fails_is_rolled_back_not_retried_and_upgrade_tries
     assert proc.returncode == 0, proc.stderr
     assert status["machine_goal"]["verdict"] == "blocked" and status["machine_goal"]["code"] == "goal-failed"
     assert "kubelet-upgrade" not in [p["name"] for p in status["phases"] if p["status"] == "changed"]
-    conditions = {c["type"]: c for c in _node_object(emu)["status"]["conditions"]}
+    conditions = {c["type"]: c for c in registered_node(emu)["status"]["conditions"]}
     assert conditions["FlexNodeMachineGoalBlocked"]["reason"] == "GoalFailed"
 
     # The cause fixed, the operator's `upgrade` applies the Machine's goal (draining itself,
