@@ -1,7 +1,10 @@
 """`make bench`: how long a join takes against the lower bound of its own profile, what a
 converged re-run costs, how fast the light commands are as installed, and what the agent
 keeps resident. Every figure is printed beside its goal (issue 12); speed goals are judged
-here, never by timing assertions in tests.
+here, never by timing assertions in tests. Then the same questions where they are paid
+(issue 30): on the emulator's WAN profile, the agent over many passes, `token`'s round trips
+and imports, and a small fleet against ARM's scaled buckets: tests/bench_wan.py says what
+each of those figures is.
 
 The join profile: the emulator, with network-like latency injected where a real join
 waits: each artifact download is delayed ARTIFACT_DELAY s and role assignments take
@@ -56,7 +59,7 @@ import time
 import urllib.request
 
 from aks_flex_node.host import download
-from tests import digest_fixtures, harness
+from tests import bench_wan, digest_fixtures, harness
 from tests.emulator_fixtures import scratch_node, start_emulator, stop_fake_units
 
 ARTIFACT_DELAY = 1.5
@@ -113,14 +116,17 @@ def durations(summary):
     return {p["name"]: p.get("duration_s") or 0.0 for p in summary["phases"]}
 
 
-def longest_path(weights):
-    """(length, [step names]) of the heaviest path through the bootstrap step graph."""
+def longest_path(weights, until=None):
+    """(length, [step names]) of the heaviest path through the bootstrap step graph (ending
+    with step `until` when given)."""
     from aks_flex_node.steps.workflow import STEP_CLASSES
 
     best = {}  # declared order is a topological order: every step comes after its needs
     for cls in STEP_CLASSES:
         before = max((best[d] for d in cls.needs), key=lambda b: b[0], default=(0.0, []))
         best[cls.name] = (before[0] + weights.get(cls.name, 0.0), before[1] + [cls.name])
+    if until is not None:
+        return best[until]
     return max(best.values(), key=lambda b: b[0])
 
 
@@ -184,12 +190,17 @@ def median_ms(argv, env, runs=CLI_RUNS, before=None):
     return statistics.median(walls) * 1000, statistics.median(cpus) * 1000
 
 
-def light_commands(bin_dir, node):
-    cli = str(bin_dir / "aks-flex-node")
+def token_env(node):
+    """The environment the kubelet runs `aks-flex-node token` in, and the token cache's path."""
     env = {"PATH": node.env["PATH"], "AKS_FLEX_NODE_ROOT": node.root,
            "KUBERNETES_EXEC_INFO": json.dumps({"apiVersion": "client.authentication.k8s.io/v1",
                                                "kind": "ExecCredential", "spec": {"interactive": False}})}
-    cache = node.path("/var/lib/aks-flex-node/token-cache.json")
+    return env, node.path("/var/lib/aks-flex-node/token-cache.json")
+
+
+def light_commands(bin_dir, node):
+    cli = str(bin_dir / "aks-flex-node")
+    env, cache = token_env(node)
 
     def drop_cache():
         if os.path.exists(cache):
@@ -349,6 +360,50 @@ def row(name, value, unit, goal=None, goal_key=None):
     print(f"  {name:<34} {value:8.2f}{unit:<3} {judged}")
 
 
+def wan_profile(emu, base, bin_dir):
+    """Issue 30's figures on the WAN profile (tests/bench_wan.py says what each is)."""
+    emu.reset()
+    bench_wan.wan_settings(emu)
+    node = scratch_node(emu, base / "wan")
+    since = time.time()
+    join, _summary = timed_json(node, "bootstrap")
+    out = {"join": join, "cold": bench_wan.chain_figures(emu, since)}
+    since = time.time()
+    out["rerun"], _ = timed_json(node, "bootstrap")
+    out["converged"] = bench_wan.chain_figures(emu, since)
+    since = time.time()
+    t0 = time.monotonic()
+    proc = node.cli("agent", "--once")
+    out["agent_pass"] = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"agent --once failed:\n{proc.stdout}\n{proc.stderr}")
+    out["agent_chain"] = bench_wan.chain_figures(emu, since)
+    out["agent_cost"] = bench_wan.agent_cost(node)
+    env, cache = token_env(node)
+    out["token"] = bench_wan.token_round_trips(emu, bin_dir, env, cache)
+    out["token_imports"] = bench_wan.token_imports(bin_dir, env)
+    node.fake.stop_units()
+    emu.reset()
+    bench_wan.wan_settings(emu)
+    seq_node = scratch_node(emu, base / "wan-sequential")
+    since = time.time()
+    out["sequential"], out["seq_summary"] = timed_json(seq_node, "bootstrap", "--sequential")
+    out["seq_chain"] = bench_wan.chain_figures(emu, since)
+    seq_node.fake.stop_units()
+    return out
+
+
+def report_wan(w):
+    bound, fixed, path, weights, link = bench_wan.wan_lower_bound(w["sequential"], w["seq_summary"],
+                                                                  longest_path, durations)
+    bench_wan.report_profile()
+    bench_wan.report_join(w["join"], w["sequential"], bound, fixed, path, weights, link, w["cold"], w["seq_chain"])
+    bench_wan.report_converged(w["rerun"], w["converged"])
+    bench_wan.report_agent_pass(w["agent_pass"], w["agent_chain"])
+    bench_wan.report_agent_cost(w["agent_cost"])
+    bench_wan.report_token(*w["token"], *w["token_imports"])
+
+
 def main():
     base = pathlib.Path(tempfile.mkdtemp(prefix="aks-flex-node-bench-"))
     emu = start_emulator(base / "emulator")
@@ -358,15 +413,18 @@ def main():
         emu.clear_faults()
         rerun, rerun_summary = timed_json(node, "bootstrap")
         agent_rss, agent_peak = agent_memory(node)
-        light = light_commands(install_wheel(base / "wheel"), node)
+        bin_dir = install_wheel(base / "wheel")
+        light = light_commands(bin_dir, node)
         node.fake.stop_units()
         _seq_node, sequential, seq_summary = join_profile(emu, base / "sequential", "--sequential")
         _seq_node.fake.stop_units()
         big = big_artifact_profile(emu, base / "big")
+        on_wan = wan_profile(emu, base, bin_dir)
     finally:
-        stop_fake_units(base / "concurrent" / "fake-state")
-        stop_fake_units(base / "sequential" / "fake-state")
+        for name in ("concurrent", "sequential", "wan", "wan-sequential"):
+            stop_fake_units(base / name / "fake-state")
         emu.stop()
+    fleet = bench_wan.fleet_goal(str(base))
     bound, fixed, path, weights = lower_bound(sequential, seq_summary)
     floor, floor_path = longest_path(injected_delays())
     starts = sorted(r["time"] for r in downloads)
@@ -415,6 +473,8 @@ def main():
     config = resident_after_import("aks_flex_node.cli", "aks_flex_node.agent", "aks_flex_node.lifecycle")
     print(f"    with every pass in a child process the agent would hold {loop:.1f} MB (cli and agent"
           f" imported), {config:.1f} MB if it also imported lifecycle (config, operations)")
+    report_wan(on_wan)
+    bench_wan.report_fleet(*fleet)
     return 0
 
 

@@ -84,6 +84,9 @@ class FleetResult:
     arm: dict = dataclasses.field(default_factory=dict)  # phase -> kind -> [count per node]
     throttled: dict = dataclasses.field(default_factory=dict)  # phase -> {"seen", "honoured"}
     not_honoured: list = dataclasses.field(default_factory=list)
+    # phase -> {principal: ARM writes admitted}: the writes each principal's bucket let through
+    # (the floor the buckets impose is per principal: tests/bench_wan.py).
+    writes_by_principal: dict = dataclasses.field(default_factory=dict)
     unattributed: int = 0
     assignments_per_node: list = dataclasses.field(default_factory=list)
     preexisting_assignments: int = 0
@@ -295,7 +298,10 @@ def _analyse(result, join_calls, unjoin_calls, names):
         counts = {name: collections.Counter() for name in names}
         by_client = collections.defaultdict(list)
         seen = honoured = 0
+        writes = result.writes_by_principal.setdefault(phase, collections.Counter())
         for call in calls:
+            if call["kind"] == "writes" and call["status"] != 429:
+                writes[call["principal"] or ""] += 1
             name = attribute(call, names)
             if name is None:
                 result.unattributed += 1

@@ -1,0 +1,412 @@
+"""`make bench`'s WAN part (issue 30): the figures that matter where round trips cost tens of
+milliseconds, RBAC takes its time and the agent runs for the node's whole life.
+
+The WAN profile is the emulator's (tests/emulator/wan.py, `wan.BENCH`; its README says where
+each figure comes from). For each run the emulator's request log gives the request count
+and the chain depth (tests/request_chains.py): the longest chain of requests each sent only
+after the one before it was answered, whose round trips are a floor no concurrency lifts.
+
+Measured here, each beside its goal:
+- cold join on the WAN profile against its critical-path lower bound: each step weighs what
+  it costs alone (its duration in the --sequential run of the same profile), except
+  rbac-propagation, which weighs RBAC propagation plus one API server round trip (the
+  roles step's assignment write is its last action; the first check after propagation can
+  pass); plus the process's fixed cost outside the runner. The downloads share the one link,
+  so the bound is also at least the path to the first download plus every real size over
+  the link's rate;
+- converged re-run on the WAN profile: chain depth and time;
+- `agent --once` on the converged node (a full, cloud pass): count, depth, time;
+- the agent at its default intervals (60 s local, 1800 s cloud): CPU time per hour, from
+  the parent's and its reaped children's CPU (/proc/PID/stat utime, stime, cutime, cstime)
+  over LOCAL_PASSES local and CLOUD_PASSES cloud passes at short intervals, scaled to an
+  hour's passes; its resident memory (the parent's VmRSS) between passes;
+- `token` cold: HIMDS round trips of one call; `token` cached: requests (none) and the
+  modules it imports beyond an interpreter's start (python -X importtime);
+- a small fleet (tests/fleet) with ARM's buckets scaled down until writes bind: join wall
+  time against the floor the write bucket imposes, and every 429 waited out.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from tests import harness
+from tests.emulator import wan
+from tests.request_chains import chain_depth, describe, window
+
+RTT = {server: wan.BENCH[setting] for server, setting in wan.RTT_SETTINGS.items()}
+LOCAL_PASSES = 20
+CLOUD_PASSES = 5
+PASS_INTERVAL = 1.0  # seconds between the measured passes (the agent's --interval)
+DEFAULT_INTERVAL, DEFAULT_CLOUD_INTERVAL = 60.0, 1800.0  # agent.run's defaults
+TOKEN_ALLOWED = ("json", "_json", "os", "time")  # issue 30: a cached token imports nothing more
+FLEET_NODES = 12
+FLEET_SCALE = 10  # ARM's documented buckets divided by this (tests/fleet/__main__.py scaled_figures)
+
+GOALS = {
+    "WAN join / lower bound": 1.05,
+    "WAN converged re-run (s)": 0.5,
+    "WAN converged re-run depth": 4,
+    "agent CPU per hour (s)": 3.6,
+    "agent resident (parent, MB)": 20,
+    "token cold: HIMDS round trips": 1,
+    "token cached: requests": 0,
+    "fleet / write floor": 1.2,
+}
+
+
+def wan_settings(emu):
+    emu.settings(**wan.BENCH)
+
+
+def run_requests(emu, since):
+    """The requests of a run that began at `since` (time.time()): the node's own, not the
+    bench's admin calls nor the kubelet stand-in's heartbeats (the kubelet is not the run;
+    the Arc agent stand-in's requests are: they stand for azcmagent connect)."""
+    return [r for r in window(emu.requests(), since)
+            if r["server"] != "admin" and not (r.get("user_agent") or "").startswith("kubelet/")]
+
+
+def chain_floor(path):
+    """Seconds of round trip along a chain: what it costs on the WAN profile with free work."""
+    return sum(RTT.get(r["server"], 0.0) for r in path)
+
+
+def chain_figures(emu, since):
+    requests = run_requests(emu, since)
+    depth, path = chain_depth(requests)
+    return {"count": len(requests), "depth": depth, "path": path, "floor": chain_floor(path),
+            "by_server": _count_by(requests), "repeats": repeats(path)}
+
+
+def repeats(path):
+    """The links of a chain that ask what an earlier link asked (same server, method and path)."""
+    seen, out = set(), []
+    for r in path:
+        key = (r["server"], r["method"], r["path"])
+        if key in seen:
+            out.append(r)
+        seen.add(key)
+    return out
+
+
+def _count_by(requests):
+    out = {}
+    for r in requests:
+        out[r["server"]] = out.get(r["server"], 0) + 1
+    return out
+
+
+# ---- the lower bound of the WAN join ---------------------------------------------------------
+
+
+def wan_lower_bound(sequential_wall, sequential, longest_path, durations):
+    """(bound, fixed, path, weights, link floor): the critical path of the step graph under
+    the WAN profile, and the shared link's floor."""
+    from aks_flex_node.steps.artifacts import ArtifactStep
+    from aks_flex_node.steps.workflow import STEP_CLASSES
+
+    alone = durations(sequential)
+    weights = dict(alone)
+    weights["rbac-propagation"] = wan.BENCH["rbac_propagation_delay"] + RTT["apiserver"]
+    fixed = max(0.0, sequential_wall - sequential["duration_s"])
+    length, path = longest_path(weights)
+    # The link: no download starts before its step's needs are done; all of them together
+    # take every real size over the rate (the stand-ins' own bytes are a rounding error).
+    artifact_steps = [cls for cls in STEP_CLASSES if issubclass(cls, ArtifactStep)]
+    first = min(longest_path(weights, until=cls.name)[0] - weights.get(cls.name, 0.0) for cls in artifact_steps)
+    link = first + sum(wan.REAL_SIZES.values()) / wan.BENCH["artifact_rate"]
+    return fixed + max(length, link), fixed, path, weights, fixed + link
+
+
+# ---- the agent over many passes ---------------------------------------------------------------
+
+
+def _stat(pid):
+    """(CPU seconds of the process and of its reaped children, VmRSS MiB)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks  # utime stime cutime cstime
+    with open(f"/proc/{pid}/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    return cpu, rss
+
+
+def _status_stamp(node):
+    """status.json's (mtime_ns, state): a pass ends with a rewrite of it."""
+    path = node.path("/var/lib/aks-flex-node/status.json")
+    try:
+        with open(path) as f:
+            state = json.load(f).get("state")
+        return os.stat(path).st_mtime_ns, state
+    except (OSError, ValueError):
+        return None, None
+
+
+def agent_passes(node, passes, cloud, timeout=300):
+    """Run the agent until it has finished `passes` passes after its first (all cloud passes
+    when `cloud`); (CPU seconds over them, passes counted, VmRSS samples between passes,
+    stand-in command calls over them)."""
+    argv = [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root, "--interval", str(PASS_INTERVAL),
+            "--cloud-interval", "0.01" if cloud else "3600"]
+    errors = open(os.path.join(node.root, "..", "agent-stderr.log"), "w+")
+    proc = subprocess.Popen(argv, env=node.env, cwd=harness.REPO, stdout=subprocess.DEVNULL, stderr=errors)
+    seen, counted, rss, start_cpu, start_calls = _status_stamp(node)[0], -1, [], None, None
+    try:
+        deadline = time.monotonic() + timeout
+        while counted < passes and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                errors.seek(0)
+                raise SystemExit(f"the agent exited {proc.returncode}:\n{errors.read()[-2000:]}")
+            stamp, state = _status_stamp(node)
+            if stamp != seen and state == "succeeded":
+                seen = stamp
+                counted += 1
+                time.sleep(PASS_INTERVAL / 4)  # well inside the wait before the next pass
+                cpu, mb = _stat(proc.pid)
+                if counted == 0:  # the first pass (imports, the first full pass) is not counted
+                    start_cpu, start_calls = cpu, len(node.fake.calls())
+                else:
+                    rss.append(mb)
+            time.sleep(0.02)
+        end_cpu, _ = _stat(proc.pid)
+        calls = len(node.fake.calls()) - (start_calls or 0)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        errors.close()
+    if counted < passes:
+        raise SystemExit(f"the agent finished {counted} of {passes} passes in {timeout} s")
+    return end_cpu - start_cpu, counted, rss, calls
+
+
+def stand_in_cpu(node):
+    """CPU seconds of one stand-in command (a Python script here; systemctl is C on a host)."""
+    before = os.times()
+    for _ in range(5):
+        subprocess.run(["systemctl", "is-active", "kubelet"], env=node.env, capture_output=True)
+    after = os.times()
+    return (after.children_user + after.children_system - before.children_user - before.children_system) / 5
+
+
+def pass_imports_cpu():
+    """CPU seconds a pass's child spends importing what the parent does not hold (the parent
+    holds cli and agent only, for its resident size: agent.py): median of 3."""
+    code = ("import time; import aks_flex_node.cli, aks_flex_node.agent; t = time.process_time(); "
+            "import aks_flex_node.lifecycle, aks_flex_node.operations, aks_flex_node.steps.workflow; "
+            "print(time.process_time() - t)")
+    runs = sorted(float(subprocess.run([sys.executable, "-c", code], cwd=harness.REPO, capture_output=True,
+                                       text=True, check=True).stdout) for _ in range(3))
+    return runs[1]
+
+
+def agent_cost(node):
+    local_cpu, local_n, rss, local_calls = agent_passes(node, LOCAL_PASSES, cloud=False)
+    cloud_cpu, cloud_n, rss_cloud, cloud_calls = agent_passes(node, CLOUD_PASSES, cloud=True)
+    per_local, per_cloud = local_cpu / local_n, cloud_cpu / cloud_n
+    cloud_per_hour = 3600 / DEFAULT_CLOUD_INTERVAL
+    local_per_hour = 3600 / DEFAULT_INTERVAL - cloud_per_hour
+    per_call = stand_in_cpu(node)
+    stand_ins = (local_calls / local_n * local_per_hour + cloud_calls / cloud_n * cloud_per_hour) * per_call
+    return {"per_local": per_local, "per_cloud": per_cloud, "local_n": local_n, "cloud_n": cloud_n,
+            "per_hour": per_local * local_per_hour + per_cloud * cloud_per_hour,
+            "local_per_hour": local_per_hour, "cloud_per_hour": cloud_per_hour,
+            "calls_per_local": local_calls / local_n, "stand_in_call": per_call, "stand_ins_per_hour": stand_ins,
+            "rss": rss + rss_cloud, "imports": pass_imports_cpu()}
+
+
+# ---- token ------------------------------------------------------------------------------------
+
+
+IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|( *)(\S+)$")
+MODULES_MARK = "\nMODULES "
+
+
+def loaded(python, code, args, env):
+    """(the modules in sys.modules once `code` ran, {module: its own import microseconds})."""
+    code += f"; sys.stderr.write({MODULES_MARK!r} + ' '.join(sorted(sys.modules)) + '\\n')"
+    proc = subprocess.run([python, "-X", "importtime", "-c", code, *args], env=env, cwd="/",
+                          capture_output=True, text=True)
+    modules = set(proc.stderr.rsplit(MODULES_MARK, 1)[1].split()) if MODULES_MARK in proc.stderr else set()
+    costs = {m.group(3): int(m.group(1)) for m in map(IMPORT_LINE.match, proc.stderr.splitlines()) if m}
+    return modules, costs
+
+
+def token_imports(bin_dir, env):
+    """(modules a cached `token` loads beyond the interpreter's start and our package, those
+    beyond json, os and time, the milliseconds their imports took)."""
+    python = str(bin_dir / "python")
+    base, _ = loaded(python, "import sys", [], env)
+    run, costs = loaded(python, "import sys; from aks_flex_node.cli import main; main()", ["token"], env)
+    extra = sorted(name for name in run - base if name.split(".")[0] != "aks_flex_node")
+    beyond = [name for name in extra if name.split(".")[0] not in TOKEN_ALLOWED]
+    return extra, beyond, sum(costs.get(name, 0) for name in beyond) / 1000
+
+
+def token_round_trips(emu, bin_dir, env, cache):
+    """(requests of one cold call by server, its chain depth; requests of 5 cached calls)."""
+    cli = str(bin_dir / "aks-flex-node")
+    if os.path.exists(cache):
+        os.remove(cache)
+    since = time.time()
+    subprocess.run([cli, "token"], env=env, cwd="/", check=True, capture_output=True)
+    cold = run_requests(emu, since)
+    since = time.time()
+    for _ in range(5):
+        subprocess.run([cli, "token"], env=env, cwd="/", check=True, capture_output=True)
+    cached = run_requests(emu, since)
+    return _count_by(cold), chain_depth(cold)[0], len(cached)
+
+
+# ---- the fleet --------------------------------------------------------------------------------
+
+
+def fleet_goal(parent):
+    """A FLEET_NODES fleet with ARM's buckets divided by FLEET_SCALE: (result, write floor s)."""
+    from tests.fleet import simulation
+    from tests.fleet.__main__ import scaled_figures
+
+    settings = scaled_figures(FLEET_SCALE)
+    result = simulation.run(FLEET_NODES, parallel=FLEET_NODES, settings=settings, parent=parent)
+    # Each principal has its own write bucket (throttling.py): the floor is the busiest one's.
+    # The writes counted are those admitted (a 429 takes no token).
+    by_principal = result.writes_by_principal.get("join", {})
+    writes = max(by_principal.values(), default=0)
+    floor = max(0.0, (writes - settings["arm_writes_bucket"]) / settings["arm_writes_refill"])
+    return result, floor, writes, settings
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+
+def judge(value, goal, unit):
+    return f"goal <= {goal:g}{unit}  {'met' if value <= goal else 'NOT MET'}"
+
+
+def row(name, value, unit, goal_key=None, fmt="8.2f"):
+    judged = judge(value, GOALS[goal_key], unit) if goal_key else ""
+    print(f"  {name:<40} {value:{fmt}}{unit:<3} {judged}")
+
+
+def chain_line(figures):
+    servers = ", ".join(f"{k} {v}" for k, v in sorted(figures["by_server"].items()))
+    return (f"    {figures['count']} requests ({servers}); chain depth {figures['depth']}, "
+            f"whose round trips alone are {figures['floor']:.2f} s")
+
+
+def print_chain(figures, limit=12):
+    steps = describe(figures["path"])
+    shown = steps if len(steps) <= limit else steps[:limit] + [f"... {len(steps) - limit} more"]
+    print("    the chain: " + " -> ".join(shown))
+
+
+def report_profile():
+    b = wan.BENCH
+    print(f"\nthe WAN profile (tests/emulator/wan.py BENCH): ARM {b['wan_arm_rtt'] * 1000:.0f} ms, Entra "
+          f"{b['wan_entra_rtt'] * 1000:.0f} ms, API server {b['wan_apiserver_rtt'] * 1000:.0f} ms, HIMDS "
+          f"{b['wan_himds_rtt'] * 1000:.0f} ms, artifact host {b['wan_artifacts_rtt'] * 1000:.0f} ms per request; "
+          f"artifacts at {b['artifact_rate'] / 1e6:g} MB/s on one link with their real sizes ("
+          + ", ".join(f"{k} {v / 1e6:g} MB" for k, v in wan.REAL_SIZES.items())
+          + f"); RBAC propagation {b['rbac_propagation_delay']:g} s; Arc connect {b['arc_connect_delay']:g} s")
+
+
+def report_join(join, sequential, bound, fixed, path, weights, link, cold, seq_chain):
+    print("\ncold join on the WAN profile:")
+    row("concurrent (default)", join, " s")
+    print(chain_line(cold))
+    row("--sequential", sequential, " s")
+    print(chain_line(seq_chain))
+    row("lower bound", bound, " s")
+    print(f"    = {fixed:.2f} s outside the runner + the critical path "
+          + " -> ".join(f"{name} {weights.get(name, 0):.2f}" for name in path if weights.get(name, 0) >= 0.005))
+    print(f"    (the shared link's floor: {link:.2f} s: the path to the first download, then "
+          f"{sum(wan.REAL_SIZES.values()) / 1e6:.0f} MB at {wan.BENCH['artifact_rate'] / 1e6:g} MB/s)")
+    row("WAN join / lower bound", join / bound, "x", "WAN join / lower bound")
+
+
+def report_converged(wall, figures):
+    print("\nconverged re-run on the WAN profile (whole process):")
+    row("WAN converged re-run (s)", wall, " s", "WAN converged re-run (s)")
+    row("WAN converged re-run depth", figures["depth"], "", "WAN converged re-run depth", fmt="8d")
+    print(chain_line(figures))
+    print_chain(figures)
+    if figures["depth"] > GOALS["WAN converged re-run depth"] or wall > GOALS["WAN converged re-run (s)"]:
+        again = figures["repeats"]
+        print(f"    why not: the converged run walks the step graph (preflight, then cluster -> arc -> roles -> "
+              f"rbac-propagation -> node-ready, each deciding from the reads before it), and an Entra token "
+              f"needs its discovery document first: {figures['depth']} round trips one after the other, "
+              f"{figures['floor']:.2f} s of WAN however fast the rest. {len(again)} of them repeat an earlier "
+              "link (" + ", ".join(describe(again)) + "): each step reads for itself. Depth 4 (token, then every "
+              "ARM read at once, then the API server) needs a converged check that reads the cloud once, "
+              "in parallel, and shares it between steps: a change to the runner and its steps, not a small one")
+
+
+def report_agent_pass(wall, figures):
+    print("\nthe agent's cloud pass on the converged node (agent --once, whole process, WAN profile):")
+    row("agent cloud pass", wall, " s")
+    print(chain_line(figures))
+
+
+def report_agent_cost(cost):
+    print(f"\nthe agent at its default intervals ({DEFAULT_INTERVAL:g} s local, {DEFAULT_CLOUD_INTERVAL:g} s cloud), "
+          f"measured over {cost['local_n']} local and {cost['cloud_n']} cloud passes at {PASS_INTERVAL:g} s:")
+    row("agent CPU per hour (s)", cost["per_hour"], " s", "agent CPU per hour (s)")
+    print(f"    = {cost['local_per_hour']:.0f} local passes x {cost['per_local'] * 1000:.0f} ms + "
+          f"{cost['cloud_per_hour']:.0f} cloud passes x {cost['per_cloud'] * 1000:.0f} ms CPU (parent and children)")
+    print(f"    of which the host-command stand-ins (Python scripts here, C binaries on a host): "
+          f"{cost['calls_per_local']:.1f} calls per local pass x {cost['stand_in_call'] * 1000:.0f} ms = "
+          f"{cost['stand_ins_per_hour']:.2f} s per hour; without them {cost['per_hour'] - cost['stand_ins_per_hour']:.2f} s")
+    imports = cost["imports"] * (cost["local_per_hour"] + cost["cloud_per_hour"])
+    print(f"    of which each pass's imports: {cost['imports'] * 1000:.0f} ms in the forked child = {imports:.2f} s "
+          "per hour (the parent holds only cli and agent so that it stays small between passes)")
+    if cost["per_hour"] > GOALS["agent CPU per hour (s)"]:
+        print(f"    why not: a pass is a forked child that imports the config and step modules ({imports:.2f} s "
+              f"per hour alone at {cost['local_per_hour'] + cost['cloud_per_hour']:.0f} passes), then loads the "
+              "config and checks every step; holding those imports in the parent would save them and cost the "
+              "resident goal (see the resident figure with lifecycle imported, above)")
+    row("agent resident (parent, MB)", max(cost["rss"]), " MB", "agent resident (parent, MB)")
+    print("    samples " + ", ".join(f"{mb:.1f}" for mb in cost["rss"][:8]) + (" ..." if len(cost["rss"]) > 8 else ""))
+
+
+def report_token(cold_by_server, cold_depth, cached_requests, extra, beyond, beyond_ms):
+    print("\n`token` on the WAN profile (the installed wheel):")
+    himds = cold_by_server.get("himds", 0)
+    row("token cold: HIMDS round trips", himds, "", "token cold: HIMDS round trips", fmt="8d")
+    print(f"    requests {cold_by_server}, chain depth {cold_depth}")
+    if himds > GOALS["token cold: HIMDS round trips"]:
+        print("    why not: HIMDS answers a token only to a request carrying the key of a challenge it has just "
+              "issued (a 401 whose WWW-Authenticate realm names a new key file; Learn \"Authenticate against "
+              "Azure resources with Azure Arc-enabled servers\"), and a key serves one token request: two round "
+              "trips is the protocol's floor (at 1 ms each here)")
+    row("token cached: requests", cached_requests, "", "token cached: requests", fmt="8d")
+    print(f"    imports beyond the interpreter's start and aks_flex_node: {', '.join(extra) or 'none'}")
+    print(f"    beyond json, os and time: {len(beyond)}  goal: none  {'met' if not beyond else 'NOT MET'}")
+    if beyond:
+        print(f"    why not: {', '.join(beyond)}; their imports took {beyond_ms:.1f} ms of the call. They come "
+              "with what every command shares: the CLI's argument parser (argparse, gettext, re; cli.py imports "
+              "commands/arguments.py, token.py parses its flags with argparse), errors.py's exit codes "
+              "(enum.IntEnum), paths.py (pathlib); a token-only entry point without them is a change to those "
+              "shared modules, not a small one")
+
+
+def report_fleet(result, floor, writes, settings):
+    print(f"\n`make fleet` of {result.nodes_wanted} nodes with ARM's buckets divided by {FLEET_SCALE} (writes "
+          f"{settings['arm_writes_bucket']} +{settings['arm_writes_refill']:g}/s, reads {settings['arm_reads_bucket']} "
+          f"+{settings['arm_reads_refill']:g}/s):")
+    row("join wall time", result.join_wall, " s")
+    row("write floor", floor, " s")
+    print(f"    = ({writes} writes admitted for the busiest principal - {settings['arm_writes_bucket']} burst) / "
+          f"{settings['arm_writes_refill']:g} per s; nodes joined {result.joined}/{result.nodes_wanted}, "
+          f"unjoined {result.unjoined}")
+    row("fleet / write floor", result.join_wall / floor if floor else float("inf"), "x", "fleet / write floor")
+    seen = sum(t.get("seen", 0) for t in result.throttled.values())
+    honoured = sum(t.get("honoured", 0) for t in result.throttled.values())
+    print(f"    429s seen {seen}, honoured (the next call of that kind no sooner than Retry-After) {honoured}, "
+          f"retried early {len(result.not_honoured)}  goal: all honoured, none early  "
+          f"{'met' if seen == honoured and not result.not_honoured else 'NOT MET'}")
+    if not result.ok:
+        print(f"    the fleet FAILED (kept under {result.base})")
