@@ -405,7 +405,7 @@ def report_fleet(result, floor, writes, settings):
     row("fleet / write floor", result.join_wall / floor if floor else float("inf"), "x", "fleet / write floor")
     seen = sum(t.get("seen", 0) for t in result.throttled.values())
     honoured = sum(t.get("honoured", 0) for t in result.throttled.values())
-    print(f"    429s seen {seen}, honoured (the next call of that kind no sooner than Retry-After) {honoured}, "
+    print(f"    429s seen {seen}, honoured (that request sent again no sooner than Retry-After) {honoured}, "
           f"retried early {len(result.not_honoured)}  goal: all honoured, none early  "
           f"{'met' if seen == honoured and not result.not_honoured else 'NOT MET'}")
     if not result.ok:

@@ -13,7 +13,9 @@ ARM calls are attributed to nodes from the emulator's throttling ledger
 User-Agent (azure-core's UserAgentPolicy, azure/core/pipeline/policies/_universal.py), set
 here to `aks-flex-node-fleet/<name>`; the Arc agent stand-in's calls name the node's
 machine in their path. A 429 is "honoured" when the same client (node and User-Agent) sent
-its next call of that operation type no sooner than Retry-After seconds after the refused one.
+that request again (its method and path) no sooner than Retry-After seconds after the refused
+one: a node's concurrent runner sends other requests of the same kind meanwhile, each waiting
+out its own 429, and those are not retries of it.
 
 join_mode "agent-pool" (docs/design.md, "Join modes"): every node joins the emulator's
 FlexNodes pool with ONE service principal, the pool's identity, which holds only the Flex
@@ -308,8 +310,8 @@ def _analyse(result, join_calls, unjoin_calls, names):
                 continue
             if call["status"] != 429:
                 counts[name][call["kind"]] += 1
-            by_client[(name, call["user_agent"], call["kind"])].append(call)
-        for (name, _ua, kind), series in by_client.items():
+            by_client[(name, call["user_agent"], call["kind"], call["method"], call["path"])].append(call)
+        for (name, _ua, kind, _method, _path), series in by_client.items():
             series.sort(key=lambda c: c["time"])
             for i, call in enumerate(series):
                 if call["status"] != 429:

@@ -5,8 +5,8 @@ computed from), and a 429 counted honoured only when its client waited Retry-Aft
 from tests.fleet import simulation
 
 
-def call(t, node, kind="writes", status=200, principal="p1", retry_after=None):
-    return {"time": t, "method": "PUT", "path": "/x", "kind": kind, "principal": principal, "status": status,
+def call(t, node, kind="writes", status=200, principal="p1", retry_after=None, path="/x"):
+    return {"time": t, "method": "PUT", "path": path, "kind": kind, "principal": principal, "status": status,
             "retry_after": retry_after, "user_agent": f"python {simulation.USER_AGENT_TAG}{node}"}
 
 
@@ -28,3 +28,12 @@ def test_a_retry_sooner_than_retry_after_is_not_honoured():
                       call(5, "fleet-001", status=429, retry_after=1), call(6.2, "fleet-001")])
     assert result.throttled["join"] == {"seen": 2, "honoured": 1}
     assert [(e["node"], e["waited"]) for e in result.not_honoured] == [("fleet-000", 1.5)]
+
+
+def test_another_request_of_the_same_client_meanwhile_is_not_a_retry():
+    """A node's concurrent runner reads two things at once; each 429 is judged by the retry of
+    its own request, not by the other request sent meanwhile."""
+    result = analyse([call(0, "fleet-000", status=429, retry_after=1, path="/a"),
+                      call(0.2, "fleet-000", path="/b"),
+                      call(1.1, "fleet-000", path="/a")])
+    assert result.throttled["join"] == {"seen": 1, "honoured": 1} and result.not_honoured == []
