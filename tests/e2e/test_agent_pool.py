@@ -11,35 +11,13 @@ import json
 import pytest
 
 from tests.e2e import node as n
+from tests.e2e.pool import agent_pool_answers, pool_machines
 from tests.emulator import constants as C
 
 pytestmark = pytest.mark.e2e
 
 POOL_SCOPE = f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}".lower()
 BOOTSTRAP_KUBECONFIG = "/var/lib/kubelet/bootstrap-kubeconfig"
-
-
-def agent_pool_answers():
-    """The preseed of an agent-pool install: no Arc machine's questions (subscription,
-    tags), the node's own service principal."""
-    return {
-        "join": ("boolean", "true"),
-        "join_mode": ("select", "agent-pool"),
-        "agent_pool": ("string", C.FLEX_POOL),
-        "tenant_id": ("string", C.TENANT_ID),
-        "cluster_resource_id": ("string", C.CLUSTER_ID),
-        "cloud": ("select", "custom"),
-        "auth_method": ("select", "service-principal"),
-        "sp_client_id": ("string", C.NODE_SP_CLIENT_ID),
-        "sp_client_secret": ("password", C.NODE_SP_CLIENT_SECRET),
-        "machine_name": ("string", n.MACHINE_NAME),
-        "on_join_failure": ("select", "fail-install"),
-    }
-
-
-def pool_machines(emulator):
-    pools = emulator.state().get("agentpool_machines", {})
-    return {m["name"]: m for pool in pools.values() for m in (pool.values() if isinstance(pool, dict) else pool)}
 
 
 def test_preseeded_agent_pool_install_joins_by_tls_bootstrap_and_remove_unjoins(node, mirror):
