@@ -43,9 +43,10 @@ BENCH = {
 }
 
 # Bytes of the real linux/amd64 release files at the versions the configspec defaults to
-# (aks_flex_node/configspec.ini), as each project's release page lists them (rounded to
-# 0.1 MB; figures quoted from the release pages, not measured here: this machine has no
-# network). By the emulator's artifact kind (artifacts.PATTERNS):
+# (aks_flex_node/configspec.ini): APPROXIMATE, to check against each project's release page
+# (where they are listed) before a figure is cited: nothing here could read those pages (no
+# network). The bench's cold-join bound moves with them. By the emulator's artifact kind
+# (artifacts.PATTERNS):
 #   kubernetes: kubernetes-node-linux-amd64.tar.gz of v1.30-v1.34 (kubelet, kubectl,
 #               kubeadm, kube-proxy, kube-log-runner), https://dl.k8s.io/v1.3x.y/ (the
 #               CHANGELOG's "Node Binaries" table links each),
