@@ -1,7 +1,7 @@
-"""Agent-pool nodes in the booted scenarios: the preseed of an agent-pool install, the pool's
-Machines as the emulator holds them, what a node's ledger says of its Machine goal, and the
-operator's side of a pool operation (the emulator's RP: tests/emulator/pool_operations.py)
-watched while it runs.
+"""Agent-pool nodes in the booted scenarios: the preseed of an agent-pool install, what a
+node's ledger says of its Machine goal, and the operator's side of a pool operation (the
+emulator's RP: tests/emulator/pool_operations.py) watched while it runs. The pool's Machines as
+the emulator holds them: tests/workload_fixtures.py pool_machines.
 
 Shared by tests/e2e/test_agent_pool.py and tests/e2e/test_pool_follow.py (a test module never
 imports another: tests/unit/test_test_layout.py)."""
@@ -36,12 +36,6 @@ def agent_pool_answers(machine_name=n.MACHINE_NAME):
         "machine_name": ("string", machine_name),
         "on_join_failure": ("select", "fail-install"),
     }
-
-
-def pool_machines(emulator):
-    """{name: the emulator's record} of every agent-pool Machine (etag, spec, node_name...)."""
-    pools = emulator.state().get("agentpool_machines", {})
-    return {m["name"]: m for pool in pools.values() for m in (pool.values() if isinstance(pool, dict) else pool)}
 
 
 def shorten_agent_interval(node, seconds):

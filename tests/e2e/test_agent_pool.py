@@ -11,8 +11,9 @@ import json
 import pytest
 
 from tests.e2e import node as n
-from tests.e2e.pool import agent_pool_answers, pool_machines
+from tests.e2e.pool import agent_pool_answers
 from tests.emulator import constants as C
+from tests.workload_fixtures import pool_machines
 
 pytestmark = pytest.mark.e2e
 

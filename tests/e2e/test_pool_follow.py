@@ -33,6 +33,7 @@ from tests.e2e import node as n
 from tests.e2e import pool
 from tests.emulator import constants as C
 from tests.waiting import wait_for
+from tests.workload_fixtures import pool_machines
 
 pytestmark = pytest.mark.e2e
 
@@ -119,7 +120,7 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
                                                NAMES)))
     for name, apt in installs.items():
         assert apt.returncode == 0, f"{name}: {apt.stdout[-3000:]}\n{apt.stderr[-5000:]}"
-    machines = pool.pool_machines(emu)
+    machines = pool_machines(emu)
     for name, node in nodes.items():
         assert n.wait_for_state(node)["state"] == "succeeded"
         assert on_version(node, emu, name, OLD), node.journals()
@@ -133,7 +134,7 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
     upgrade.wait()
     assert_moved_one_after_the_other(upgrade, NEW)
     assert_nodes_did_not_disrupt(upgrade)
-    machines = pool.pool_machines(emu)
+    machines = pool_machines(emu)
     for name, node in nodes.items():
         assert on_version(node, emu, name, NEW), node.journals()
         status = wait_for(lambda: in_step(node, machines[name]["etag"]), timeout=300, interval=1)
@@ -167,7 +168,7 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
     # systemd restarted the killed agent, and its pass finished the move.
     assert wait_for(lambda: int(pool.unit_property(first, pool.AGENT, "NRestarts")) > restarts, timeout=300,
                     interval=1), first.journal(pool.AGENT)
-    machines = pool.pool_machines(emu)
+    machines = pool_machines(emu)
     for name, node in nodes.items():
         assert on_version(node, emu, name, OLD), node.journals()
         status = wait_for(lambda: in_step(node, machines[name]["etag"]), timeout=300, interval=1)
@@ -198,7 +199,7 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
         assert node.c.is_active(pool.AGENT) == "active", node.journal(pool.AGENT)
         node.c.run(["systemctl", "restart", pool.AGENT])
         assert pool.unit_property(node, pool.AGENT, "ConditionResult") == "no"
-    assert not set(NAMES) & set(pool.pool_machines(emu))
+    assert not set(NAMES) & set(pool_machines(emu))
     registered = n.cluster_nodes(emu)
     for name in NAMES:
         taints = registered[name]["spec"].get("taints") or []
