@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 # The files only the node reads (its credentials): a configuration read elsewhere (mirror
 # sync, on a connected machine) may name them without having them.
-NODE_ONLY_FILES = ("sp_client_secret_file", "bootstrap_token_file", "cluster_ca_file")
+NODE_ONLY_FILES = ("sp_client_secret_file", "sp_certificate_file", "bootstrap_token_file", "cluster_ca_file")
 
 
 def load(path=None, root="/", overrides=None, elsewhere=False):

@@ -118,7 +118,7 @@ def check_meaning(values, failed, root, held, problems, written=()):
         else:
             named_files.check_pem_file("registry_ca_file", values["registry_ca_file"], root, problems, private=False,
                                        kinds=("CERTIFICATE",), max_bytes=named_files.CA_BUNDLE_MAX_BYTES)
-    if ok("sp_certificate_file") and values["sp_certificate_file"]:
+    if ok("sp_certificate_file") and values["sp_certificate_file"] and "sp_certificate_file" not in written:
         named_files.check_pem_file("sp_certificate_file", values["sp_certificate_file"], root, problems,
                                    private=True, kinds=("CERTIFICATE", "PRIVATE KEY"),
                                    max_bytes=named_files.CERTIFICATE_MAX_BYTES)

@@ -180,3 +180,14 @@ def test_no_root_needed_only_a_directory_the_user_may_write(node):
         assert os.listdir(os.path.join(root, "srv/root-only")) == []
     finally:
         shutil.rmtree(root)
+
+
+def test_the_nodes_certificate_need_not_be_on_the_connected_machine(node):
+    """The node's configuration with a service principal's certificate (its private key):
+    the machine that fills the mirror does not hold it, as it holds no client secret."""
+    mf.upstream_config(node, kubernetes_version=VERSION, sp_client_secret_file="",
+                       sp_certificate_file="/etc/aks-flex-node/sp-certificate.pem")
+    proc, out = node.cli_json("mirror", "sync", MIRROR, "--dry-run")
+    assert proc.returncode == 0, proc.stdout
+    assert out["fetch"] == len(mf.names(VERSION))
+    assert not os.path.exists(node.path("/etc/aks-flex-node/sp-certificate.pem"))
