@@ -13,6 +13,8 @@
               emulator's stand-in kubelet
   booted      a fresh container for one test (container.Container), torn down after it
   node        `booted` prepared as a machine about to install the package (node.Node)
+  private_registry  Debian's docker-registry on loopback with TLS from a throwaway CA
+              (tests/e2e/registry.py), for a test's own images
 
 The emulator is the shared session one (tests/emulator_fixtures.py); `fresh_emulator`
 resets its world for each test.
@@ -29,6 +31,7 @@ import pytest
 
 from aks_flex_node.azure import himds
 from tests.e2e import container as ct
+from tests.e2e import registry as r
 from tests.e2e.mirror import Mirror
 from tests.e2e.node import DIGESTS, REPO_MOUNT, UPSTREAM_KEYS_MOUNT, Node
 from tests.e2e.repository import Repo
@@ -189,12 +192,13 @@ def _boot(base_root, request, binds, **options):
 
 def emulator_ports(emulator, mirror):
     """The host ports a node in a network namespace of its own must reach: every endpoint
-    of the emulator (ARM, Entra, HIMDS upstream, the API servers, artifacts) and the mirror."""
+    of the emulator (ARM, Entra, HIMDS upstream, the API servers, artifacts) and the mirror
+    (None: not the mirror's)."""
     urls = [url for key, value in emulator.endpoints.items() if key not in ("admin", "pid")
             for url in (value if isinstance(value, (list, tuple)) else
                         value.values() if isinstance(value, dict) else [value])
             if isinstance(url, str) and url.startswith(("http://", "https://"))]
-    return sorted({urllib.parse.urlsplit(url).port for url in [*urls, mirror.url]} - {None})
+    return sorted({urllib.parse.urlsplit(url).port for url in [*urls, *([mirror.url] if mirror else [])]} - {None})
 
 
 @pytest.fixture
@@ -214,10 +218,12 @@ def boot_node(base_root, fresh_emulator, request):
     reaches its ports. False: the host's network, as `make demo` runs a node.
     before_boot(container): files to put in place before systemd starts.
     add_repository=False leaves the APT source to the scenario (cloud-init adds it).
-    extra_ports: more host ports to forward in (the release upgrade's archive proxy)."""
+    extra_ports: more host ports to forward in (the release upgrade's archive proxy).
+    reach_mirror=False: the artifact mirror's port is not forwarded (a node that installs
+    from a file:// mirror). binds: more (host path, node path, read_only) bind mounts."""
 
     def boot(repo, private_network=True, before_boot=None, hostname="e2e-node", add_repository=True,
-             extra_ports=()):
+             extra_ports=(), reach_mirror=True, binds=()):
         digests = request.getfixturevalue("mirror").digests()
 
         def prepare(box):
@@ -229,10 +235,11 @@ def boot_node(base_root, fresh_emulator, request):
         options = {"hostname": hostname, "before_boot": prepare}
         if private_network:
             options.update(private_network=True,
-                           forward_ports=[*emulator_ports(fresh_emulator, request.getfixturevalue("mirror")),
-                                          *extra_ports])
+                           forward_ports=[*emulator_ports(fresh_emulator, request.getfixturevalue("mirror")
+                                                          if reach_mirror else None), *extra_ports])
         box = _boot(base_root, request, [(repo.path, REPO_MOUNT, True),
-                                         (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False)], **options)
+                                         (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False), *binds],
+                    **options)
         n = Node(box, fresh_emulator)
         if add_repository:
             n.add_repository(repo)
@@ -245,3 +252,15 @@ def boot_node(base_root, fresh_emulator, request):
 @pytest.fixture
 def node(boot_node, repo):
     return boot_node(repo)
+
+
+@pytest.fixture
+def private_registry(tmp_path):
+    missing = r.missing_tools()
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)} on the test host: apt-get install docker-registry skopeo "
+                    "python3-grpcio (Debian's)")
+    ca = r.TestCA(tmp_path / "registry-ca")
+    registry = r.Registry(tmp_path / "registry", ca).start()
+    yield registry
+    registry.stop()

@@ -27,18 +27,6 @@ REGISTRY_CA = "/usr/local/share/aks-e2e/registry-ca.pem"
 CERTS = "/etc/containerd/certs.d"
 
 
-@pytest.fixture
-def private_registry(tmp_path):
-    missing = r.missing_tools()
-    if missing:
-        pytest.fail(f"missing {', '.join(missing)} on the test host: apt-get install docker-registry skopeo "
-                    "python3-grpcio (Debian's)")
-    ca = r.TestCA(tmp_path / "registry-ca")
-    registry = r.Registry(tmp_path / "registry", ca).start()
-    yield registry
-    registry.stop()
-
-
 def test_images_come_from_the_private_registry_through_the_mirror_mapping(boot_node, repo, mirror, private_registry,
                                                                         tmp_path):
     registry = private_registry
