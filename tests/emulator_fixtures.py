@@ -258,6 +258,12 @@ class Emulator:
         return kwargs
 
     @property
+    def pause_image(self):
+        """A pause image reference on this emulator (its registry answers /v2/ for preflight's
+        image-registry check: a test node's containerd pulls nothing)."""
+        return f"{self.arm.split('://', 1)[1].rstrip('/')}/oss/kubernetes/pause:3.9"
+
+    @property
     def routed(self):
         """Whether clients reach this emulator's Entra ID by the public authority's name."""
         return self.authority != self.entra

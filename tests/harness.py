@@ -85,7 +85,7 @@ def write_config(root, emu, wrapper, cluster_id=None, extra=None, digests=()):
         "artifact_mirror": emu.artifacts,
         # The pause image's registry is one more endpoint preflight probes (its
         # image-registry check): the emulator answers for it, as for the mirror.
-        "pause_image": f"{emu.arm.split('://', 1)[1].rstrip('/')}/oss/kubernetes/pause:3.9",
+        "pause_image": emu.pause_image,
         "artifact_digests_file": digest_fixtures.write_digests(root, digests),
         "node_labels": "team=edge",
         "node_ready_timeout": "60",

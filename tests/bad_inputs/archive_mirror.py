@@ -99,7 +99,8 @@ def serve(case, work):
     with open(emu.ca_bundle, encoding="utf-8") as f:
         ca = f.read()
     config = {"arm_endpoint": emu.arm, "authority_host": emu.authority, "himds_endpoint": emu.himds,
-              "artifact_mirror": emu.artifacts, "ca_bundle": CA_NODE_PATH, "cni_version": version}
+              "artifact_mirror": emu.artifacts, "ca_bundle": CA_NODE_PATH, "cni_version": version,
+              "pause_image": emu.pause_image}
     files = [{"path": CA_NODE_PATH, "text": ca, "mode": "0644"}]
     with open(_CONFIGSPEC, encoding="utf-8") as f:
         pins = "\nartifact_digests_file" in f.read()

@@ -34,7 +34,7 @@ def serve(case, work):
     # (tests/digest_fixtures.py): what refuses the run is the bad value, not a digest.
     config = {"arm_endpoint": emu.arm, "authority_host": emu.authority, "himds_endpoint": emu.himds,
               "artifact_mirror": emu.artifacts, "ca_bundle": CA_NODE_PATH,
-              "artifact_digests_file": digest_fixtures.NODE_PATH}
+              "artifact_digests_file": digest_fixtures.NODE_PATH, "pause_image": emu.pause_image}
     return config, [{"path": CA_NODE_PATH, "text": ca, "mode": "0644"},
                     {"path": digest_fixtures.NODE_PATH, "text": digest_fixtures.emulator_digests(), "mode": "0644"}]
 

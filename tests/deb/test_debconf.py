@@ -59,7 +59,7 @@ def emulated_node(fake_host, tmp_path):
         "cloud": "custom", "arm_endpoint": emu.arm, "authority_host": emu.authority,
         "ca_bundle": harness.CA_PATH, "himds_endpoint": emu.himds, "artifact_mirror": emu.artifacts,
         # preflight probes the pause image's registry (image-registry): the emulator answers.
-        "pause_image": f"{emu.arm.split('://', 1)[1].rstrip('/')}/oss/kubernetes/pause:3.9",
+        "pause_image": emu.pause_image,
         "artifact_digests_file": digest_fixtures.write_digests(root),
         "node_ready_timeout": "60", "exec_plugin_command": wrapper,
     }, root=root)
