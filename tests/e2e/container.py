@@ -340,6 +340,43 @@ def mount_overlay(lower, directory):
     return merged
 
 
+def own_cgroup(run_dir):
+    """A cgroup v2 directory of one container's own, under this process's cgroup: the
+    container's nspawn moves into it before it starts. `systemd-nspawn --keep-unit` puts the
+    container's systemd in payload/ under the cgroup it runs in (systemd-nspawn(1), --keep-unit;
+    nspawn-cgroup.c), so two containers started from one cgroup shared payload/: each one's
+    systemd managed the other's units' processes, which it cannot see (cgroup.procs lists them
+    as 0): `systemctl kill` failed with EIO and a unit's stop waited TimeoutStopSec for
+    "processes still around after SIGKILL". The path, recorded in RUN_DIR/cgroup; None where
+    there is no writable unified hierarchy (the containers then share it, as before)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            own = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+        with open("/proc/self/mountinfo") as f:
+            # mountinfo(5): "... mount-point ... - fstype source options"; the whole hierarchy only
+            mounts = [line.split() for line in f]
+        mount = next((fields[4] for fields in mounts if "-" in fields
+                      and fields[fields.index("-") + 1] == "cgroup2" and fields[3] == "/"), None)
+        if own is None or mount is None:
+            return None
+        path = os.path.join(mount, own.lstrip("/"), f"aks-e2e-{pathlib.Path(run_dir).name}")
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    (pathlib.Path(run_dir) / "cgroup").write_text(path + "\n")
+    return path
+
+
+def remove_cgroup(run_dir):
+    """Remove the container's cgroup (own_cgroup) and what nspawn made in it, deepest first;
+    a cgroup that still holds a process stays (rmdir(2) refuses it)."""
+    with contextlib.suppress(OSError):
+        path = (pathlib.Path(run_dir) / "cgroup").read_text().strip()
+        for directory, _dirs, _files in os.walk(path, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
 def unmount_all(path):
     """Unmount everything under path, deepest first (lazily when a plain umount fails).
     Returns (the mount points unmounted, those still mounted)."""
@@ -470,6 +507,11 @@ class Container:
         if self.netns:
             argv.append(f"--network-namespace-path={self.netns.path}")
         env = system_env(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1", SYSTEMD_NSPAWN_API_VFS_WRITABLE="1")
+        cgroup = own_cgroup(self.run_dir)
+        if cgroup:
+            # The shell becomes nspawn (exec: the same pid) once it is in the container's own cgroup.
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0" || echo "aks-e2e: not moved into $0" >&2; exec "$@"',
+                    os.path.join(cgroup, "cgroup.procs"), *argv]
         with open(self.log_path, "ab") as log:
             # Its own session: a ^C in the terminal reaches pytest, which tears down in order.
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
@@ -543,6 +585,7 @@ class Container:
         problems = []
         with contextlib.suppress(Exception):
             self.poweroff()
+        remove_cgroup(self.run_dir)
         if self.netns:
             try:
                 self.netns.delete()
@@ -662,6 +705,7 @@ def clean_run_dir(run_dir):
             report.append(f"killed {comms[0]} {pid}")
     if report:
         time.sleep(0.5)
+    remove_cgroup(run_dir)
     unmounted, left = unmount_all(run_dir)
     report += [f"unmounted {mount_point}" for mount_point in unmounted]
     with contextlib.suppress(OSError):

@@ -83,10 +83,9 @@ def unit_property(node, unit, prop):
 def kill_unit(node, unit):
     """kill -9 of every process of `unit` that the node's PID namespace holds (its cgroup's
     cgroup.procs, cgroups(7)), as a crash or the OOM killer would end them: the pids killed.
-    cgroup.procs shows 0 for a process of another PID namespace (pid_namespaces(7)), and
-    `kill -9 0` would signal the caller's own process group: on the host that is the test's.
-    (`systemctl kill -s KILL` answered EIO for an "auxiliary process" of a pass in a booted
-    Debian 12 node.)"""
+    cgroup.procs shows 0 for a process of another PID namespace, and `kill -9 0` would signal
+    the caller's own process group (kill(2)): on the host, the test's. (Containers that shared
+    one cgroup, before container.own_cgroup, listed each other's processes so.)"""
     group = unit_property(node, unit, "ControlGroup")
     assert group, f"{unit} has no control group: is it running?"
     listed = node.c.run(["cat", f"/sys/fs/cgroup{group}/cgroup.procs"]).stdout.split()

@@ -25,6 +25,7 @@ notices its deleted Node soon; every wait is on a condition, none asserts a dura
 """
 
 import concurrent.futures
+import time
 
 import pytest
 
@@ -42,6 +43,18 @@ NEW, OLD = "1.31.2", C.K8S_VERSION
 KUBE_LIB = "/usr/local/lib/aks-flex-node/kubernetes"
 AGENT_INTERVAL = 3
 ACTIVE = ("Draining", "WaitingForNode")  # a Machine the RP is moving (pool_operations.py)
+
+
+class Laps:
+    """Seconds each section took, printed for the record (`pytest -s`); never asserted."""
+
+    def __init__(self):
+        self.last = time.monotonic()
+
+    def __call__(self, what):
+        now = time.monotonic()
+        print(f"{what}: {now - self.last:.0f} s")
+        self.last = now
 
 
 def kubelet_version_of(emu, name):
@@ -105,7 +118,9 @@ def assert_nodes_did_not_disrupt(watch):
 
 
 def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, repo, mirror):
+    lap = Laps()
     nodes = {name: boot_node(repo, hostname=name) for name in NAMES}
+    lap("two nodes booted")
     emu = nodes[NAMES[0]].emulator
     # A loaded machine makes the RP's wait for a Node longer, never the test red; the RP's
     # fallback that deletes a stale Node (emulator's choice, 600 s) is kept out of this test's
@@ -128,6 +143,8 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
         assert pool.machine_goal(node)["applied"]["etag"] == machines[name]["etag"]
         assert pool.unit_property(node, pool.AGENT, "Restart") == "on-failure"
 
+    lap("both joined")
+
     # -- 2. the control plane, then the pool, to 1.31.2 --------------------------------------
     emu.admin("POST", "clusters/upgrade", {"cluster_id": C.CLUSTER_ID, "kubernetes_version": NEW})
     upgrade = pool.OperationWatch(emu, emu.upgrade_pool(C.CLUSTER_ID, C.FLEX_POOL, NEW), NAMES)
@@ -141,6 +158,8 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
         assert status, (name, machines[name]["etag"], node.status().get("machine_goal"), node.journal(pool.AGENT))
         assert status["machine_goal"]["version"] == NEW
         assert pool.machine_goal(node).get("applying") is None
+
+    lap("the upgrade, and both nodes in step")
 
     # -- 3. the rollback, the first node's agent killed half-way through its pass ----------------
     first = nodes[NAMES[0]]
@@ -177,8 +196,11 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
         assert goal.get("applying") is None and goal["applied"]["etag"] == machines[name]["etag"], goal
         assert pool.kubelet_upgrade(node) is None, pool.kubelet_upgrade(node)
 
+    lap("the rollback, the killed agent back, and both nodes in step")
+
     # -- 4. delete-machines: each node leaves ------------------------------------------------
     ended = pool.operator_delete_machines(emu, NAMES)
+    lap("deleteMachines")
     assert ended["status"] == "Succeeded", ended
     for name, node in nodes.items():
         left = {}
@@ -188,6 +210,7 @@ def test_two_pool_nodes_follow_upgrade_rollback_and_delete_machines(boot_node, r
             return status.get("state") == "unjoined" and node.c.read(pool.LEDGER) is None
 
         assert wait_for(unjoined, timeout=600, interval=1), (name, left.get("status"), node.journal(pool.AGENT))
+        lap(f"{name} left")
         assert left["status"].get("reason"), left["status"]  # why it left
         assert node.c.is_active("kubelet") in ("inactive", "unknown", "failed"), node.journal("kubelet")
         assert n.main_pid(node, "kubelet") == "0" and running(node, "kubelet") == [], node.journal("kubelet")
