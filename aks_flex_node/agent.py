@@ -157,6 +157,11 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
     except ConfigError as exc:
         return PassOutcome(PassKind.CONFIG, exc.message, int(exc.exit_code))
     try:
+        # A leave the pool asked for and a pass did not finish (killed half-way: the kubelet's
+        # credential may be gone already) is finished first, never converged back.
+        unfinished = lifecycle.leaving(host)
+        if unfinished is not None:
+            return _leave_for_pool(cfg, host, unfinished)
         # The agent converges a node whose join is pending (the postinst marks it) or that
         # is joined; the mark is read once a pass.
         joining = lifecycle.is_pending(host)
@@ -177,7 +182,7 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
             # The pool's Machine is the goal; the RP's Node signal the go-ahead (pool_follow.py).
             decision = pool_follow.observe(cfg, host, open_ledger(host), full)
             if decision is not None and decision.verdict is pool_follow.Verdict.RESET:
-                return _leave_for_pool(cfg, host, decision)
+                return _leave_for_pool(cfg, host, decision.reason, decision.to_dict())
             if decision is not None and decision.verdict in (pool_follow.Verdict.APPLY,
                                                              pool_follow.Verdict.ACKNOWLEDGE):
                 goal, released = decision.goal, decision.released
@@ -201,22 +206,27 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
                        joining=joining, cluster=cfg.cluster.name, machine=cfg.machine_name, machine_goal=seen)
 
 
-def _leave_for_pool(cfg, host, decision):
-    """The pool deleted this node's Machine and marked its Node: clean the host as unbootstrap
-    does (no drain: the RP drained it), leave the package installed and the join off (a
-    new join is an operator's: `dpkg-reconfigure aks-flex-node` or `aks-flex-node bootstrap`)."""
+def _leave_for_pool(cfg, host, reason, seen=None):
+    """The pool deleted this node's Machine and marked its Node (`reason`): clean the host as
+    unbootstrap does (no drain: the RP drained it), leave the package installed and the join
+    off (a new join is an operator's: `dpkg-reconfigure aks-flex-node` or `aks-flex-node
+    bootstrap`). The leave is marked before it begins and unmarked once it is done: a pass
+    killed half-way leaves the mark, and the next pass finishes the leave."""
     from aks_flex_node import lifecycle, operations
 
-    log.warning("leaving the cluster: %s", decision.reason)
+    log.warning("leaving the cluster: %s", reason)
+    seen = seen or {"verdict": "reset", "reason": reason}
+    lifecycle.mark_leaving(host, reason)
     lifecycle.clear_pending(host)
-    result, _summary = operations.unbootstrap(cfg, host, lock_wait=0.0, drain=False, reason=decision.reason)
+    result, _summary = operations.unbootstrap(cfg, host, lock_wait=0.0, drain=False, reason=reason)
     for item in result.leftovers:
         log.warning("left behind: %s", item)
-    if not result.ok:
+    if not result.ok:  # the mark stays: the next pass tries the rest again
         return PassOutcome(PassKind.FAILED, "leaving the cluster as the pool asked left behind: "
-                           + "; ".join(str(item) for item in result.leftovers),
-                           int(ExitCode.FAILED), machine_goal=decision.to_dict())
-    return PassOutcome(PassKind.OK, f"left the cluster: {decision.reason}", machine_goal=decision.to_dict())
+                           + "; ".join(str(item) for item in result.leftovers), int(ExitCode.FAILED),
+                           machine_goal=seen)
+    lifecycle.clear_leaving(host)
+    return PassOutcome(PassKind.OK, f"left the cluster: {reason}", machine_goal=seen)
 
 
 def run_in_child(work):

@@ -19,6 +19,7 @@ from aks_flex_node.engine.lock import writing_state
 from aks_flex_node.engine.status import INTERRUPTED, PENDING, RUNNING, StatusFile
 from aks_flex_node.errors import ExitCode, FlexNodeError, TemporaryError
 from aks_flex_node.host import HOST_BIN_ENV
+from aks_flex_node.host.fs import HostFileError
 from aks_flex_node.steps.kinds import open_ledger
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ RETRY, FAIL = "retry-in-background", "fail-install"
 AGENT_UNIT = "aks-flex-node-agent.service"
 # The Azure Connected Machine agent's package (Microsoft's repository; ours Recommends it).
 ARC_AGENT_PACKAGE = "azcmagent"
+MAX_LEAVING = 4096  # the leave mark holds a reason, one line
 # What identifies the join the ledger records (so a leave can name the former cluster).
 JOINED_KEYS = ("cluster_resource_id", "machine_name", "subscription_id", "arc_resource_group")
 
@@ -50,6 +52,33 @@ def clear_pending(host):
     """Cancel a pending join; True when one was pending."""
     with writing_state(host.path(paths.PENDING)):
         return host.remove(paths.PENDING)
+
+
+def _leaving_write(host):
+    return writing_state(host.path(paths.LEAVING))  # the mark's real path, for the error's remedy
+
+
+def mark_leaving(host, reason):
+    """The pool asked this node to leave (why: `reason`): written before the leave begins, so
+    that a leave cut short is finished by the agent's next pass, never taken for a node to
+    converge (its kubelet's credential may be gone already)."""
+    with _leaving_write(host):
+        host.ensure_dir(paths.STATE_DIR, 0o700)
+        host.write_file(paths.LEAVING, reason.encode("utf-8", "replace")[:MAX_LEAVING], 0o600)
+
+
+def leaving(host):
+    """Why the pool asked this node to leave, while that leave is not finished; else None."""
+    try:
+        raw = host.read_state(paths.LEAVING, MAX_LEAVING)
+    except HostFileError as err:  # not a file of ours: a leave is still owed, say so
+        return f"{paths.LEAVING}: {err.message}"
+    return None if raw is None else (raw.decode("utf-8", "replace") or "the pool asked")
+
+
+def clear_leaving(host):
+    with _leaving_write(host):
+        return host.remove(paths.LEAVING)
 
 
 def joined(host):

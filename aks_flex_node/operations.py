@@ -89,6 +89,8 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
                     **{"pass": "local" if ctx.local_only else "full"})
         if not dry_run:
             _mark_running(status_file, base)
+            if not agent:  # an operator's join: a leave the pool asked for is over (lifecycle.leaving)
+                host.remove(paths.LEAVING)
         if machine_goal is not None and not dry_run:
             goals.begin(ledger, machine_goal, released)  # what the run owes, before the change
         result = runner.run()

@@ -26,6 +26,9 @@ COMPLETE_MARKER = STATE_DIR + "/provision.complete"
 LOCK = STATE_DIR + "/lock"
 # A join is wanted but has not succeeded yet (the agent service keeps trying).
 PENDING = STATE_DIR + "/join-pending"
+# The pool took this node out (its Machine deleted, its Node marked) and the leave is not
+# finished: the agent finishes it before anything else (pool_follow.py); a bootstrap clears it.
+LEAVING = STATE_DIR + "/leave-pending"
 TOKEN_CACHE = STATE_DIR + "/token-cache.json"
 # What the metrics count across runs (health/metrics.py): repairs by phase, each operation's last run.
 METRICS_RECORD = STATE_DIR + "/metrics.json"

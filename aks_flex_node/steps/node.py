@@ -6,6 +6,7 @@ credential: what we check is exactly what the kubelet will be able to do.
 """
 
 from aks_flex_node import kube
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step, restart
 from aks_flex_node.engine.undo import Leftover
 from aks_flex_node.errors import TemporaryError
@@ -94,6 +95,13 @@ class NodeReadyStep(Step):
                 plan.add(f"restart the kubelet so that it registers node {name} again, then wait up to "
                          f"{ctx.config.node_ready_timeout} s for it to be Ready",
                          "the pool's operation deleted the Node", lambda: self._register_again(ctx))
+                return plan
+            elif ctx.mode is JoinMode.AGENT_POOL and ctx.options.agent and kubernetes.node_registered(ctx):
+                # Deleted while this pass ran: in a pool, that is how the pool's operation
+                # releases a node (pool_follow.py). Waiting here would hold the release for
+                # node_ready_timeout; the agent's next pass reads the Machine and acts.
+                plan.noop_reason = (f"node {name} is not registered (deleted by the cluster: a pool's operation "
+                                    "releases a node so); the agent's next pass reads its Machine")
                 return plan
         plan.add(f"wait up to {ctx.config.node_ready_timeout} s for node {name} to be Ready",
                  "it is not Ready yet", lambda: self._wait(ctx))

@@ -210,3 +210,54 @@ def test_a_goal_whose_kubelet_fails_is_rolled_back_not_retried_and_upgrade_tries
     assert _kubelet_version(emu) == f"v{NEW}"
     goal = _ledger_goal(node)
     assert goal["applied"]["etag"] == etag and "failed" not in goal
+
+
+def test_a_leave_cut_short_is_finished_by_the_next_pass_not_converged_back(pool_node):
+    """A pass killed inside the leave (the kubelet's kubeconfig already removed, the ledger not
+    yet): the mark written before the leave makes the next pass finish it, where it would have
+    found no Node to read and converged the host back (the booted pool scenario saw it)."""
+    node, emu = pool_node, pool_node.emu
+    _joined(node)
+    emu.settings(machine_operation_delay=0)
+    path = f"{C.CLUSTER_ID}/agentPools/{C.FLEX_POOL}/deleteMachines"
+    assert emu.arm_call("POST", path, "2026-05-02-preview", {"machineNames": [MACHINE_NAME]})[0] == 202
+    assert wait_for(lambda: MACHINE_NAME not in pool_machines(emu), 30)
+    # What the killed pass left: its mark, the kubelet's kubeconfig gone, the ledger still there.
+    with open(os.open(node.path("/var/lib/aks-flex-node/leave-pending"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write("the pool deleted this node's Machine and marked its Node")
+    os.remove(node.path("/var/lib/kubelet/kubeconfig"))
+
+    proc, status = _pass(node)
+    assert proc.returncode == 0, proc.stderr
+    assert status["operation"] == "unbootstrap" and status["state"] == "unjoined", status
+    assert not os.path.lexists(node.path(LEDGER))
+    assert not os.path.lexists(node.path("/var/lib/aks-flex-node/leave-pending"))
+    assert not os.path.lexists(node.path("/var/lib/kubelet/kubeconfig"))  # nothing joined back
+    # An operator's bootstrap joins again (a new Machine), the mark long gone.
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert MACHINE_NAME in pool_machines(emu)
+
+
+def test_a_node_deleted_while_a_pass_runs_is_left_to_the_next_pass(pool_node):
+    """The pass read its Node, then the pool's operation deleted it: node-ready does not wait
+    node_ready_timeout for a Node the kubelet will not register again by itself; the next
+    pass reads the Machine and applies it (the booted pool scenario lost two minutes here)."""
+    node, emu = pool_node, pool_node.emu
+    _joined(node)
+    before = registered_node(emu)
+    emu.admin("POST", "clusters/upgrade", {"cluster_id": C.CLUSTER_ID, "kubernetes_version": NEW})
+    emu.upgrade_pool(C.CLUSTER_ID, C.FLEX_POOL, NEW)
+    assert wait_for(lambda: registered_node(emu) is None, 30)
+    # The pass's first read of the Node (pool_follow.observe) still sees it; the rest do not.
+    public = {k: v for k, v in before.items() if not k.startswith("_")}
+    emu.faults([{"match": {"server": "apiserver", "method": "GET", "path_regex": f"/api/v1/nodes/{MACHINE_NAME}$",
+                           "times": 1}, "respond": {"status": 200, "body": public}}])
+    proc, status = _pass(node)
+    assert proc.returncode == 0, proc.stderr
+    assert status["machine_goal"]["verdict"] == "wait"
+    phase = {p["name"]: p for p in status["phases"]}["node-ready"]
+    assert phase["status"] == "unchanged" and "next pass" in phase["message"], phase
+    proc, status = _pass(node)
+    assert proc.returncode == 0, proc.stderr
+    assert status["machine_goal"]["verdict"] == "apply" and _kubelet_version(emu) == f"v{NEW}"

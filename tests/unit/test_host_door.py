@@ -33,7 +33,7 @@ KNOWN = {
     "config/upstream.py": 2,
     "maintainer/debconf_answers.py": 3,
     "maintainer/debconf_channel.py": 3,  # debconf's file descriptors
-    "lifecycle.py": 4,
+    "lifecycle.py": 5,  # each state mark's real path, for writing_state's error (pending, leaving)
     "maintainer/maintscript.py": 6,
     "steps/preflight/checks.py": 6,
     "steps/context.py": 1,  # the Downloader's cache directory
