@@ -108,7 +108,7 @@ COLUMNS = ("cell", "fault", "converged", "time to converge (s)", "retries", "exi
 
 EXPLAIN = """\
 - **cell**: the group (kill -9, ENOSPC, endpoint, artifact, concurrency, agent-pool,
-  upgrade) and what is broken. The agent-pool cells join in agent-pool mode (docs/design.md, "Join
+  upgrade, pool follow) and what is broken. The agent-pool cells join in agent-pool mode (docs/design.md, "Join
   modes") with an operator's credential that may delete the pool's Machine, and are judged
   against their own clean run; their bootstrap token and the kubelet's certificates are new
   each run, so those files are checked whole, not compared.
@@ -117,6 +117,12 @@ EXPLAIN = """\
   an upgrade that succeeds: after convergence the Node reports the new kubelet, is
   schedulable, the pod was evicted, and the ledger holds no upgrade and owes nothing
   (docs/upgrade.md).
+  The pool follow cells join an agent pool, then the pool's upgrade (the emulator playing the
+  RP: tests/emulator/pool_operations.py) writes the Machine's next minor and deletes the Node;
+  `agent --once` passes apply it, one killed -9 half-way; they are judged against the same
+  upgrade followed cleanly: the Node back at the new version, the Machine goal recorded as
+  applied, no upgrade record, nothing owed (docs/upgrade.md, "Agent-pool nodes follow their
+  pool").
   Every cell has its own emulator (tests/emulator) and its own scratch root with the
   stand-in host commands (tests/fakes/bin); the bootstrap is the real CLI in a subprocess.
 - **fault**: how it is broken. kill -9 cells kill the bootstrap's process group at a phase's
