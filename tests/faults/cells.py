@@ -278,12 +278,12 @@ class PhaseStart:
         pass
 
 
-def bootstrap_killed_at(cell, result, point):
-    """Start `bootstrap`, kill -9 its process group once `point` is reached (or the run
-    ended, or KILL_POINT_TIMEOUT passed), and note what happened; then what the killed run
-    left on the root."""
+def bootstrap_killed_at(cell, result, point, command=("bootstrap",)):
+    """Start `bootstrap` (or `command`: the agent's pass), kill -9 its process group once
+    `point` is reached (or the run ended, or KILL_POINT_TIMEOUT passed), and note what
+    happened; then what the killed run left on the root."""
     point.arm(cell)
-    watched = cell.watched("bootstrap")
+    watched = cell.watched(*command)
     deadline = time.monotonic() + KILL_POINT_TIMEOUT
     reached = False
     while watched.alive() and time.monotonic() < deadline:

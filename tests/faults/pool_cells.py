@@ -15,7 +15,7 @@ import time
 from tests import harness
 from tests.emulator import constants as C
 from tests.faults.cells import (
-    ATTEMPTS, KILL_POINT_TIMEOUT, LEDGER, REFERENCE, Cell, Hang, capture_failing, check_azure_joined, error_of, short,
+    ATTEMPTS, LEDGER, REFERENCE, Cell, Hang, bootstrap_killed_at, check_azure_joined, error_of, short,
     unbootstrap_and_compare, upgrade_record)
 
 POOL_TO = "1.31.2"  # a minor up: the control plane goes first, as AKS requires of a pool
@@ -51,24 +51,6 @@ def _released(cell, result):
             return False
         time.sleep(0.2)
     return True
-
-
-def _agent_killed_at(cell, result, point):
-    point.arm(cell)
-    watched = cell.watched("agent", "--once")
-    deadline = time.monotonic() + KILL_POINT_TIMEOUT
-    reached = False
-    while watched.alive() and time.monotonic() < deadline:
-        watched.pump()
-        if point.reached(cell, watched):
-            reached = True
-            break
-    code = watched.kill()
-    point.release(cell)
-    if not reached:
-        result.notes.append(f"kill point not reached (the pass {'ended' if code >= 0 else 'timed out'}, exit {code})")
-    result.exit_failing.append("kill -9" if code == -9 else code)
-    capture_failing(cell, result)
 
 
 def _agent_converges(cell, result, started):
@@ -152,7 +134,7 @@ def pool_follow_kill_cell(name, point):
             return
         result.pre = cell.snapshot()
         started = time.monotonic()
-        _agent_killed_at(cell, result, point)
+        bootstrap_killed_at(cell, result, point, ("agent", "--once"))
         record = _goal_record(cell) or {}
         result.notes.append(f"killed with the goal {'applying' if record.get('applying') else 'not begun'}")
         if _agent_converges(cell, result, started):

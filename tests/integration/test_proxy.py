@@ -10,69 +10,14 @@ process environment's proxy variables point at a dead port: nothing of ours read
 """
 
 import os
-import re
-import shutil
-import socket
-import subprocess
-import time
 import urllib.parse
 
 import pytest
 
 from tests import harness
-
-TINYPROXY = shutil.which("tinyproxy", path="/usr/sbin:/usr/bin:/sbin:/bin")
+from tests.proxy_fixtures import TINYPROXY, Tinyproxy, free_port
 
 UNITS = ("containerd", "kubelet")
-CONNECT = re.compile(r"Request \(file descriptor \d+\): CONNECT (\S+) HTTP")
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Tinyproxy:
-    """tinyproxy in the foreground with its own config; `connects()` lists the host:port of
-    every CONNECT it was asked for."""
-
-    def __init__(self, directory):
-        self.port = free_port()
-        self.log = os.path.join(directory, "tinyproxy.log")
-        conf = os.path.join(directory, "tinyproxy.conf")
-        with open(conf, "w") as f:
-            # No ConnectPort line: CONNECT to any port (tinyproxy.conf(5)); the emulator's
-            # ports are ephemeral. LogLevel Connect records each request line.
-            f.write(f'Port {self.port}\nListen 127.0.0.1\nTimeout 120\nMaxClients 100\n'
-                    f'Allow 127.0.0.1\nLogFile "{self.log}"\nLogLevel Connect\n')
-        self.process = subprocess.Popen([TINYPROXY, "-d", "-c", conf], stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"tinyproxy did not listen on 127.0.0.1:{self.port}")
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def connects(self):
-        with open(self.log, errors="replace") as f:
-            return [m.group(1) for m in CONNECT.finditer(f.read())]
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture

@@ -7,12 +7,8 @@ tinyproxy with a deny-by-default filter, as an egress proxy with an allow list):
 leaves loopback."""
 
 import http.server
-import os
-import re
 import shutil
-import socket
 import ssl
-import subprocess
 import threading
 
 import pytest
@@ -26,18 +22,10 @@ from aks_flex_node.steps.preflight import checks as preflight
 from aks_flex_node.steps.preflight import egress
 from tests import config_fixtures as cf
 from tests.emulator import tls
-from tests.waiting import wait_for
+from tests.proxy_fixtures import TINYPROXY, Tinyproxy, free_port
 
-TINYPROXY = shutil.which("tinyproxy", path="/usr/sbin:/usr/bin:/sbin:/bin")
-CONNECT = re.compile(r"Request \(file descriptor \d+\): CONNECT (\S+) HTTP")
 CA_NODE_PATH = "/etc/aks-flex-node/test-ca.pem"
 EGRESS_CHECKS = ("azure-endpoints", "arc-services", "cluster-api", "artifact-hosts", "image-registry")
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Server:
@@ -76,50 +64,6 @@ class Server:
         self.httpd.server_close()
 
 
-class RestrictedProxy:
-    """tinyproxy that lets CONNECTs through to 127.0.0.1 only (FilterDefaultDeny: every other
-    host is answered "403 Filtered", tinyproxy.conf(5)); `connects()` lists what was asked."""
-
-    def __init__(self, directory):
-        self.port = free_port()
-        self.log = os.path.join(directory, "tinyproxy.log")
-        allowed = os.path.join(directory, "allowed")
-        with open(allowed, "w") as f:
-            f.write("^127\\.0\\.0\\.1$\n")
-        conf = os.path.join(directory, "tinyproxy.conf")
-        with open(conf, "w") as f:
-            f.write(f'Port {self.port}\nListen 127.0.0.1\nTimeout 60\nAllow 127.0.0.1\nLogFile "{self.log}"\n'
-                    f'LogLevel Connect\nFilter "{allowed}"\nFilterDefaultDeny Yes\nFilterURLs Off\n')
-        self.process = subprocess.Popen([TINYPROXY, "-d", "-c", conf], stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not wait_for(self._listens, timeout=30):
-            self.stop()
-            raise AssertionError(f"tinyproxy did not listen on 127.0.0.1:{self.port}")
-
-    def _listens(self):
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def connects(self):
-        with open(self.log, errors="replace") as f:
-            return [m.group(1) for m in CONNECT.finditer(f.read())]
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 @pytest.fixture
 def pki(tmp_path):
     (tmp_path / "pki").mkdir()
@@ -138,7 +82,7 @@ def server(pki):
 def proxy(tmp_path):
     if TINYPROXY is None:
         pytest.skip("tinyproxy is not installed (Debian package tinyproxy-bin)")
-    p = RestrictedProxy(str(tmp_path))
+    p = Tinyproxy(str(tmp_path), only_loopback=True)
     yield p
     p.stop()
 
