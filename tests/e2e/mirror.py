@@ -88,6 +88,9 @@ def repack(debs):
     return files, versions
 
 
+# What preflight asks of the mirror (paths without their last /): its root, and /v2/.
+PROBES = ("", "v2")
+
 class Mirror:
     """A running HTTPS mirror: `url`, `versions`, `requests` (file names asked for)."""
 
@@ -95,6 +98,7 @@ class Mirror:
         self.files, self.versions = repack(debs)
         self.emulator = emulator
         self.requests = []
+        self.probes = []
         self._lock = threading.Lock()
         mirror = self
 
@@ -133,7 +137,9 @@ class Mirror:
 
     def lookup(self, name):
         with self._lock:
-            self.requests.append(name)
+            # Preflight asks the mirror's root (artifact-hosts) and, as the nodes' pause image
+            # names this host, its /v2/ (image-registry) whether they answer: probes, not downloads.
+            (self.probes if name.rstrip("/") in PROBES else self.requests).append(name)
         checksum = name.endswith(".sha256")
         base = name[: -len(".sha256")] if checksum else name
         if base in self.files:

@@ -270,13 +270,17 @@ def restarted_agent_pass(node, timeout=180, interval=1):
     every run that started since is the new agent's."""
     node.c.run(["systemctl", "stop", "aks-flex-node-agent"])
     since = node.c.run(["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]).stdout.strip()
+    # The stopped agent's last run: a pass of the old agent that began in the same second as
+    # `since` (times are to the second) is not the new agent's, whatever its start says.
+    old = {k: node.status().get(k) for k in ("started", "finished", "pid")}
     node.c.run(["systemctl", "start", "aks-flex-node-agent"])
     seen = {}
 
     def ended():
         seen["status"] = status = node.status()
         return (status.get("started") or "") >= since and status.get("pass") == "full" \
-            and status.get("state") not in ("running", None)
+            and status.get("state") not in ("running", None) \
+            and {k: status.get(k) for k in old} != old
 
     if wait_for(ended, timeout=timeout, interval=interval):
         return seen["status"]

@@ -75,7 +75,8 @@ def test_preseeded_agent_pool_install_joins_by_tls_bootstrap_and_remove_unjoins(
     emu.admin("DELETE", "requests")
     passed = n.restarted_agent_pass(node)
     assert passed["state"] == "succeeded", passed
-    assert node_sign_ins()
+    assert node_sign_ins(), ([f"{r['server']} {r['method']} {r['path']} {r['detail']}" for r in emu.requests()
+                              if r["server"] in ("entra", "arm")], passed)
 
     # dpkg-reconfigure with nothing changed: the pool's data is read again (the pool's
     # versions or labels may have changed since), but the kubelet keeps its certificate, so
