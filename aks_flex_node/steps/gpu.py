@@ -26,7 +26,6 @@ no driver, a driver without the toolkit, a containerd that would drop the rest o
 config when importing the drop-in, a vendor named that is not there.
 """
 
-import re
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError
@@ -154,20 +153,11 @@ def _check_containerd(cfg):
                        code="gpu-containerd-too-old")
 
 
-_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def label_value(text):
-    """`text` as a Kubernetes label value: at most 63 of [A-Za-z0-9_.-], starting and
-    ending with a letter or digit (Kubernetes, "Labels and Selectors", syntax)."""
-    value = _LABEL_VALUE.sub("-", text)[:63].strip("-_.")
-    return value or "unknown"
-
-
 def _model(found, vendor):
-    if vendor == "nvidia" and found.nvidia_models:
-        models = sorted(set(found.nvidia_models))
-        return label_value(models[0]) if len(models) == 1 else "mixed"
+    """The model as the PCI bus names it (pci-<vendor>-<device>), never nvidia-smi's name: a
+    label is on the kubelet's command line, and one that changed whenever nvidia-smi did not
+    answer (a wedged driver, its 30 s timeout) would restart the kubelet on that pass and again
+    on the next (the name is in the logs: nvidia-smi -L)."""
     ids = sorted({(g.vendor_id, g.device_id) for g in found.of(vendor)})
     if len(ids) > 1:
         return "mixed"
