@@ -29,6 +29,8 @@ import socket
 import subprocess
 import tarfile
 
+from tests.emulator import kube_protobuf
+from tests.proxy_fixtures import free_port
 from tests.waiting import wait_for
 
 DOCKER_REGISTRY = "/usr/bin/docker-registry"
@@ -51,12 +53,6 @@ def _run(argv, **kw):
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class TestCA:
@@ -226,28 +222,7 @@ def pull_request(image):
 
 def first_string(message):
     """Field 1 of a message whose field 1 is a string (PullImageResponse.image_ref)."""
-    i = 0
-    while i < len(message):
-        key, shift = 0, 0
-        while True:
-            byte = message[i]
-            i += 1
-            key |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        length, shift = 0, 0
-        while True:
-            byte = message[i]
-            i += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        if key == (1 << 3 | 2):
-            return message[i:i + length].decode()
-        i += length
-    return ""
+    return kube_protobuf.fields(message).get(1, [b""])[0].decode()
 
 
 class PullFailed(Exception):
