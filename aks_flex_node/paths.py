@@ -6,12 +6,12 @@ The attributes are node paths (absolute, as on the node: what the Host is given 
 messages show); `real(p)` is where node path `p` is on this filesystem (the root joined
 in: tests and image builds use a root other than "/").
 
-Standard library only: `aks-flex-node token` (run by the kubelet on every credential
-refresh) imports it.
+Standard library only, and pathlib only when a real path is built: `aks-flex-node token`
+(run by the kubelet on every credential refresh) answers from its cache with this module's
+constants and nothing beyond json, os and time (cached_token.py).
 """
 
 import os
-from pathlib import Path, PurePosixPath
 
 CONFIG_DIR = "/etc/aks-flex-node"
 CONFIG = CONFIG_DIR + "/aks-flex-node.conf"
@@ -56,6 +56,8 @@ def is_own_cache_tag(data):
 
 def real_path(root, node_path):
     """Node path `node_path` (absolute, no '..') as a path on this filesystem under `root`."""
+    from pathlib import Path, PurePosixPath  # pathlib imports urllib.parse, fnmatch and more
+
     if not isinstance(node_path, (str, PurePosixPath)):
         raise TypeError(f"path = {node_path!r}: expected a str")
     text = str(node_path)
@@ -72,6 +74,8 @@ def real_path(root, node_path):
 
 def backup_path(node_path):
     """Where the original of a file we replaced is kept until undo restores it."""
+    from pathlib import PurePosixPath
+
     return BACKUP_DIR + str(PurePosixPath(node_path))
 
 
@@ -79,6 +83,8 @@ class Paths:
     """The node's locations for one root: `real(p)` of the module's node paths."""
 
     def __init__(self, root="/"):
+        from pathlib import Path
+
         self.root = Path(os.path.abspath(os.fspath(root or "/")))
 
     def __repr__(self):
@@ -86,7 +92,7 @@ class Paths:
 
     @property
     def is_live(self):
-        return self.root == Path("/")
+        return str(self.root) == "/"
 
     def real(self, node_path):
         """Where node path `node_path` is on this filesystem."""

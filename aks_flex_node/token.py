@@ -7,10 +7,12 @@ SDK, so a token refresh costs milliseconds, not the seconds an SDK import takes.
 
 Errors go to stderr (kubelet logs them); the token goes to stdout only, once.
 
-A cache hit is what the kubelet meets almost every time, so it imports only what it uses:
-argparse, json and the package's paths and errors. The HIMDS client (urllib.request, ssl),
-configobj, the StrictModes check and the atomic writer come in only when a new token is
-needed (`python3 -X importtime -m aks_flex_node token` shows it).
+A cache hit is what the kubelet meets almost every time: cli.main answers it with
+cached_token.py before this module is imported, loading nothing beyond json, os and time.
+This module is the rest: a miss, a flag, a refusal to name. It reads the same cache the same
+way (cached_token.read), so a hit here prints what the cached answer would. The HIMDS client
+(urllib.request, ssl), configobj, the StrictModes check and the atomic writer come in only
+when a new token is needed (`python3 -X importtime -m aks_flex_node token` shows it).
 """
 
 import argparse
@@ -20,24 +22,14 @@ import stat
 import sys
 import time
 
-from aks_flex_node import access_token, output, paths
+from aks_flex_node import cached_token, output, paths
+from aks_flex_node.cached_token import AKS_RESOURCE, exec_credential
 from aks_flex_node.errors import ExitCode, FlexNodeError
 
-# client-go compares the expiry with no skew margin (kubernetes/client-go,
-# plugin/pkg/client/auth/exec/exec.go): announce the
-# token as expiring 5 minutes early, and only reuse a cached one with more than that left.
-EARLY_EXPIRY_SECONDS = 300
-EXEC_API_GROUP = "client.authentication.k8s.io"
-EXEC_API_VERSIONS = (f"{EXEC_API_GROUP}/v1", f"{EXEC_API_GROUP}/v1beta1")
-DEFAULT_EXEC_API_VERSION = f"{EXEC_API_GROUP}/v1beta1"
 # The kubelet waits for this command on a token refresh: HIMDS retries (429, 5xx, no
 # answer; azure/himds.py) stop after this many seconds, so the worst case stays near 20 s
 # (a request under way at the deadline may add up to himds.MIN_REQUEST_TIME).
 HIMDS_BUDGET = 20.0
-# The audience of the tokens we hand out and cache: the AKS AAD server application
-# (azure/himds.py AKS_RESOURCE; spelled here so that a cache hit does not import the
-# HIMDS client, and tests/unit/test_token.py checks the two agree).
-AKS_RESOURCE = "6dae42f8-4368-4678-94ff-3960e28e3630"
 
 
 class TokenCommandError(FlexNodeError):
@@ -169,60 +161,12 @@ def _check_loopback(endpoint, config_path):
 
 
 def exec_api_version(environ):
-    """The ExecCredential version kubelet asked for in KUBERNETES_EXEC_INFO.
-
-    client-go sets it to an ExecCredential object with its apiVersion and kind
-    (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#input-and-output-formats;
-    kubernetes/client-go plugin/pkg/client/auth/exec/exec.go). Anything else means the
-    caller is not speaking that protocol: refused, not guessed. Unset (or empty), as from
-    a caller older than the variable or a person at a shell, means the default version.
-    """
-    raw = environ.get("KUBERNETES_EXEC_INFO", "")
-    if not raw.strip():
-        return DEFAULT_EXEC_API_VERSION
-    expected = (f"expected a JSON ExecCredential object such as "
-                f'{{"apiVersion": "{EXEC_API_VERSIONS[0]}", "kind": "ExecCredential"}}')
+    """The ExecCredential version kubelet asked for in KUBERNETES_EXEC_INFO
+    (cached_token.requested_version), or a TokenCommandError saying why it cannot be used."""
     try:
-        info = json.loads(raw)
-    except ValueError as err:
-        raise TokenCommandError(f"KUBERNETES_EXEC_INFO is not JSON ({err}): {expected}") from None
-    if not isinstance(info, dict):
-        raise TokenCommandError(f"KUBERNETES_EXEC_INFO = {raw.strip()[:80]!r}: {expected}")
-    version, kind = info.get("apiVersion"), info.get("kind")
-    if version not in EXEC_API_VERSIONS:
-        raise TokenCommandError(
-            f"KUBERNETES_EXEC_INFO apiVersion = {version!r}: expected one of {', '.join(EXEC_API_VERSIONS)}"
-        )
-    if kind != "ExecCredential":
-        raise TokenCommandError(f"KUBERNETES_EXEC_INFO kind = {kind!r}: expected 'ExecCredential'")
-    return version
-
-
-def rfc3339(epoch):
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-class CachedToken:
-    """A token read back from the cache: what exec_credential reads of himds.Token."""
-
-    __slots__ = ("access_token", "expires_on")
-
-    def __init__(self, access_token, expires_on):
-        self.access_token, self.expires_on = access_token, expires_on
-
-
-def exec_credential(token, api_version, now=None):
-    now = int(time.time()) if now is None else now
-    # Announce the expiry 5 min early; a token already that close to its end is announced
-    # with its real expiry so kubelet does not treat it as expired on arrival.
-    announced = token.expires_on - EARLY_EXPIRY_SECONDS
-    if announced <= now:
-        announced = token.expires_on
-    return {
-        "apiVersion": api_version,
-        "kind": "ExecCredential",
-        "status": {"token": token.access_token, "expirationTimestamp": rfc3339(announced)},
-    }
+        return cached_token.requested_version(environ)
+    except cached_token.BadExecInfo as err:
+        raise TokenCommandError(str(err)) from None
 
 
 class TokenCache:
@@ -236,21 +180,8 @@ class TokenCache:
         self.lock_path = lock_path or path + ".lock"
 
     def load(self, resource, now):
-        from aks_flex_node.host import careful_read
-
-        try:  # ours only: a regular file, not through a link, owned by us and private
-            raw = careful_read.read(self.path, 65536, private=True, owners=(os.geteuid(),))
-        except careful_read.Unsafe:
-            return None
-        try:  # checked as HIMDS's answer is (access_token.py): anything else is a miss
-            entry = json.loads(raw)
-            token = CachedToken(access_token.access_token(entry["access_token"]),
-                                access_token.expiry(access_token.seconds(entry["expires_on"], "expires_on"), now))
-        except (ValueError, KeyError, TypeError):  # not ours to use (BadTokenField is a ValueError): fetch anew
-            return None
-        if entry.get("resource") != resource or token.expires_on - now <= EARLY_EXPIRY_SECONDS:
-            return None
-        return token
+        """The cached token, or None: cached_token.read, the cached answer's own reader."""
+        return cached_token.read(self.path, resource, now)
 
     def _private_dir(self):
         """The cache's directory, created 0700; False when someone else could swap files in it."""
@@ -265,9 +196,7 @@ class TokenCache:
         if not self._private_dir():
             # Someone else could swap the file under us: do without a cache.
             return False
-        body = json.dumps({"resource": resource, "access_token": token.access_token,
-                           "expires_on": token.expires_on}).encode()
-        fs.write_file(self.path, body, 0o600)  # atomic; the temp file is 0600 from the start
+        fs.write_file(self.path, cached_token.entry(resource, token), 0o600)  # atomic; the temp file is 0600 from the start
         return True
 
     def single_flight(self, wait):
@@ -359,7 +288,7 @@ def main(argv=None, environ=None, stdout=None, stderr=None):
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     args = _parser().parse_args(argv)
-    root = args.root or environ.get("AKS_FLEX_NODE_ROOT") or "/"
+    root = args.root or environ.get(cached_token.ROOT_ENV) or "/"
     try:
         api_version = exec_api_version(environ)
         token = get_token(root, args.config)

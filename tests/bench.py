@@ -469,8 +469,9 @@ def main():
     print("\nthe agent between passes (VmRSS after the full pass, then after local passes):")
     row("agent resident (MB)", max(agent_rss), " MB", goal_key="agent resident (MB)")
     print("    samples " + ", ".join(f"{mb:.1f}" for mb in agent_rss) + f" MB; peak (VmHWM) {agent_peak:.1f} MB")
-    loop = resident_after_import("aks_flex_node.cli", "aks_flex_node.agent")
-    config = resident_after_import("aks_flex_node.cli", "aks_flex_node.agent", "aks_flex_node.lifecycle")
+    # The agent's process holds cli and what cli.main hands `agent` to (commands/handlers.py).
+    loop = resident_after_import("aks_flex_node.commands.handlers", "aks_flex_node.agent")
+    config = resident_after_import("aks_flex_node.commands.handlers", "aks_flex_node.agent", "aks_flex_node.lifecycle")
     print(f"    with every pass in a child process the agent would hold {loop:.1f} MB (cli and agent"
           f" imported), {config:.1f} MB if it also imported lifecycle (config, operations)")
     report_wan(on_wan)

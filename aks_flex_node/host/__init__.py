@@ -5,8 +5,6 @@ No Azure SDK here (docs/design.md, module table). Names are loaded on first use 
 so `aks-flex-node token` can take `host.fs` without paying for tarfile, ssl and the rest.
 """
 
-import importlib
-
 _WHERE = {
     "ArchiveError": "archive",
     "Azcmagent": "azcmagent", "AzcmagentError": "azcmagent",
@@ -27,6 +25,10 @@ __all__ = sorted(_WHERE)
 def __getattr__(name):
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Here, not at the top: `token`'s cached answer takes host.careful_read and, on Python 3.10,
+    # would otherwise load importlib with it (cached_token.py: nothing beyond json, os and time).
+    import importlib
+
     value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
     globals()[name] = value
     return value

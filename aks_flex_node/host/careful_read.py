@@ -9,11 +9,11 @@ file an operator names, our own private state.
 - optionally owned by root or by us, and private (no group or other permission bits);
 - never more than `max_bytes` read, whatever the file's size says.
 
-Stdlib only: the token plugin and HIMDS client (light paths the kubelet runs) use it.
+Stdlib only: the token plugin and HIMDS client (light paths the kubelet runs) use it; a
+read that succeeds loads nothing beyond os and stat (cached_token.py counts on it).
 Callers turn an Unsafe into their own error, naming the field or file it came from.
 """
 
-import errno
 import os
 import stat
 
@@ -60,9 +60,11 @@ def open_file(path, max_bytes, *, private=False, owners=None, follow=False):
     the size checked here is the one fstat saw."""
     try:
         fd = os.open(path, _FLAGS if follow else _FLAGS | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        raise Unsafe("the file does not exist", err=errno.ENOENT, code="absent") from None
+    except FileNotFoundError as err:
+        raise Unsafe("the file does not exist", err=err.errno, code="absent") from None
     except OSError as err:
+        import errno  # only once opening failed: `token`'s cached answer loads no more than json, os, time
+
         if err.errno == errno.ELOOP:
             raise Unsafe("is a symlink: expected a regular file", err=err.errno, code="symlink") from None
         if err.errno == errno.ENXIO:  # what opening a socket (or a device without a driver) answers

@@ -114,11 +114,10 @@ def test_a_missing_config_is_a_config_error(tmp_path):
 
 
 def test_token_is_routed_before_argument_parsing():
-    assert cli._is_token_call(["token"])
-    assert cli._is_token_call(["--root", "/srv/node", "token"])
-    assert not cli._is_token_call(["--root", "token", "status"])  # `token` is --root's value
-    assert cli._is_token_call(["--json", "token"])
-    assert not cli._is_token_call(["status"])
+    assert cli._command_word(["token"]) == "token"
+    assert cli._command_word(["--root", "/srv/node", "token"]) == "token"
+    assert cli._command_word(["--root", "token", "status"]) == "status"  # `token` is --root's value
+    assert cli._command_word(["--json", "token"]) == "token"
 
 
 class Tty(io.StringIO):

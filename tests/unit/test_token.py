@@ -376,10 +376,6 @@ def test_reading_the_config_loads_neither_validate_nor_the_config_package(node):
     assert "chmod go-w" in done.stderr
 
 
-def test_the_cached_audience_is_the_himds_clients():
-    assert token_cmd.AKS_RESOURCE == himds.AKS_RESOURCE
-
-
 def test_a_cache_hit_gives_the_identical_credential_and_imports_only_what_it_uses(node):
     """Issue 12: the kubelet meets the cache almost every time. A hit prints byte for byte
     what the HIMDS answer printed, and loads neither the HIMDS client (urllib.request, ssl),
