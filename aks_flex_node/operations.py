@@ -16,6 +16,7 @@ from aks_flex_node.health import node_report
 from aks_flex_node.engine.undo import run_undo
 from aks_flex_node.errors import ExitCode, FlexNodeError
 from aks_flex_node.kube import drain as node_drain
+from aks_flex_node.steps import gpu as gpu_phase
 from aks_flex_node.steps import machine_goal as goals
 from aks_flex_node.steps.context import JoinContext, JoinOptions
 from aks_flex_node.steps.join_data import JoinData
@@ -117,6 +118,9 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             summary["migrations"] = [m.to_dict() for m in result.migrations]
         if goal_seen is not None:
             summary["machine_goal"] = goal_seen
+        gpus = None if dry_run else gpu_phase.advertising(ctx, result.finished)
+        if gpus is not None:  # a GPU node: did the device plugin advertise its GPUs? (gpu/advertised.py)
+            summary["gpu"] = gpus
         if not dry_run:
             if result.ok or ledger.entries():
                 joined = dict(_identity(cfg), subscription_id=cfg.subscription_id,

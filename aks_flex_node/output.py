@@ -120,6 +120,11 @@ def print_status(status, pending):
     goal = status.get("machine_goal")
     if goal:  # agent-pool mode: what the agent made of its Machine (pool_follow.py)
         print(f"machine goal: {goal.get('verdict')}: {goal.get('reason')}")
+    gpu = status.get("gpu")
+    if gpu:  # a GPU node: whether the device plugin advertised its GPUs (gpu/advertised.py)
+        print(f"gpu: {gpu.get('verdict')}: {gpu.get('message')}")
+        if gpu.get("remedy"):
+            print(f"gpu: what to do: {gpu['remedy']}")
     if status.get("reason"):
         print(f"why: {status['reason']}")
     for phase in status.get("phases", []):

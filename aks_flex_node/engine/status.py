@@ -33,6 +33,7 @@ INTERRUPTED = "interrupted"  # read, not written: "running", but its run is gone
 # Obligation.to_dict), for the fields a reader uses: `status` prints them, `status --wait`
 # exits with exit_code. Keys not listed here are left alone.
 _MAYBE_TEXT = (str, type(None))
+_MAYBE_INTEGER = (int, type(None))
 _ITEM = Obj(required={"what": TEXT}, optional={"why": TEXT, "reason": TEXT})
 STATUS_SHAPE = Obj(required={"state": TEXT}, optional={
     "operation": _MAYBE_TEXT, "cluster_resource_id": _MAYBE_TEXT, "machine_name": _MAYBE_TEXT,
@@ -48,6 +49,9 @@ STATUS_SHAPE = Obj(required={"state": TEXT}, optional={
         "from": TEXT, "to": TEXT, "phase": TEXT, "why": TEXT})}),
     "machine_goal": Obj(required={"verdict": TEXT, "reason": TEXT},
                         optional={"etag": TEXT, "version": _MAYBE_TEXT, "code": TEXT}),
+    "gpu": Obj(required={"verdict": TEXT, "message": TEXT},
+               optional={"vendor": TEXT, "resource": TEXT, "detected": INTEGER, "remedy": TEXT,
+                         "advertised": _MAYBE_INTEGER, "capacity": _MAYBE_INTEGER}),
     "reason": TEXT})
 
 

@@ -21,6 +21,8 @@ it is never reported as fixed on no evidence.
 import datetime
 import re
 
+from aks_flex_node.gpu import advertised
+
 PASS_FAILED = "FlexNodePassFailed"
 REPAIR_DID_NOT_STICK = "FlexNodeRepairDidNotStick"
 CREDENTIAL_EXPIRING = "FlexNodeCredentialExpiring"
@@ -28,7 +30,11 @@ UPGRADE_ROLLED_BACK = "FlexNodeKubeletUpgradeRolledBack"
 # Agent-pool mode: the node cannot follow its Machine (pool_follow.py: a role lost, a pin, a
 # goal that failed, a value it refuses); waiting for the pool's signal is no problem.
 MACHINE_GOAL_BLOCKED = "FlexNodeMachineGoalBlocked"
-TYPES = (PASS_FAILED, REPAIR_DID_NOT_STICK, CREDENTIAL_EXPIRING, UPGRADE_ROLLED_BACK, MACHINE_GOAL_BLOCKED)
+# A GPU node whose device plugin has not advertised all its GPUs in the Node's allocatable
+# (gpu/advertised.py); never written on a machine that has never been a GPU node.
+GPU_NOT_ADVERTISED = "FlexNodeGPUNotAdvertised"
+TYPES = (PASS_FAILED, REPAIR_DID_NOT_STICK, CREDENTIAL_EXPIRING, UPGRADE_ROLLED_BACK, MACHINE_GOAL_BLOCKED,
+         GPU_NOT_ADVERTISED)
 
 # A credential nobody on the node renews is reported this long before it expires: a week,
 # so an operator has a working week to renew it (cert-manager's default renewBefore is a
@@ -41,6 +47,7 @@ RENEWABLE_WARN_BEFORE = datetime.timedelta(days=1)
 # errors.RepairDidNotStick.code; the runner raises it (engine/runner.py).
 _REPAIR_CODE = "repair-did-not-stick"
 _UPGRADE_FAILED_PHASE = "failed"  # steps/kubelet_upgrade.py FAILED: rolled back, record kept
+_GPU_PHASE = "gpu"  # steps/gpu.py GpuStep.name
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
 # A metav1.Time as the API server writes it (RFC 3339, seconds, UTC "Z" or an offset).
@@ -150,15 +157,41 @@ def _machine_goal(summary):
                       f"this node follows its Machine: {goal.get('reason')}")
 
 
+def _gpu(summary, current_types):
+    """From the run's "gpu" (steps/gpu.py advertising). A shortfall within the grace after the
+    kubelet started ("waiting"), a Node not read, or an answer that is not a Node's, is not
+    known: the condition stays as it is, so a kubelet restart does not flap it (the grace is
+    gpu/advertised.py's: the kubelet's own for a device plugin to come back). A node that was a
+    GPU node and is not now (gpu = off, the card taken out: the gpu phase ran and found none)
+    clears a condition it has, and writes none it has not."""
+    gpu = summary.get("gpu")
+    if isinstance(gpu, dict):
+        verdict, message = gpu.get("verdict"), gpu.get("message")
+        if verdict == advertised.ADVERTISED:
+            return _condition(GPU_NOT_ADVERTISED, False, "GPUsAdvertised",
+                              f"the device plugin advertised them: {message}")
+        if verdict in (advertised.FEWER, advertised.NOT_ADVERTISED):
+            reason = "FewerGPUsAdvertised" if verdict == advertised.FEWER else "GPUsNotAdvertised"
+            todo = f"; {gpu['remedy']}" if gpu.get("remedy") else ""
+            return _condition(GPU_NOT_ADVERTISED, True, reason,
+                              f"{message}{todo}; on the node: aks-flex-node status")
+        return None
+    ran = [p for p in summary.get("phases") or [] if isinstance(p, dict) and p.get("name") == _GPU_PHASE
+           and p.get("status") in ("changed", "unchanged")]
+    if ran and GPU_NOT_ADVERTISED in current_types:
+        return _condition(GPU_NOT_ADVERTISED, False, "NoGPU", "this node is not a GPU node now")
+    return None
+
+
 def conditions_of(summary, lifetimes, now, current=()):
     """The FlexNode conditions for the Node: `summary` is the run's (status.json), `lifetimes`
     health/credentials.lifetimes() or None when not read, `now` an aware datetime, `current`
     the Node's status.conditions now. A type whose facts are unknown keeps its current
     condition (or is left out); lastTransitionTime is kept while the status is the same."""
     summary = summary if isinstance(summary, dict) else {}
-    wanted = [_pass_failed(summary), _repair(summary), _credentials(lifetimes, now), _upgrade(summary),
-              _machine_goal(summary)]
     by_type = {c.get("type"): c for c in current if isinstance(c, dict)}
+    wanted = [_pass_failed(summary), _repair(summary), _credentials(lifetimes, now), _upgrade(summary),
+              _machine_goal(summary), _gpu(summary, by_type)]
     stamp = _iso(now)
     out = []
     for cond in filter(None, wanted):

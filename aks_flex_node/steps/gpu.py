@@ -29,7 +29,7 @@ config when importing the drop-in, a vendor named that is not there.
 
 from aks_flex_node.engine.step import INSTALL, Plan, Step, restart
 from aks_flex_node.errors import FlexNodeError
-from aks_flex_node.gpu import detect
+from aks_flex_node.gpu import advertised, detect
 from aks_flex_node.steps import tracked
 from aks_flex_node.steps.kinds import Kind
 
@@ -165,6 +165,37 @@ def _model(found, vendor):
     return f"pci-{vendor_id:04x}-{device_id:04x}" if device_id is not None else "unknown"
 
 
+def _count(found, vendor):
+    """The GPUs of `vendor` on the PCI bus: the count label's value, and what the device
+    plugin is expected to advertise (advertising)."""
+    return len(found.of(vendor))
+
+
+def gpus_found(ctx):
+    """(vendor, count) of this GPU node as this run found them, or None: not a GPU node, or
+    its GPUs not read in this run (the gpu phase did not run). Reads nothing itself."""
+    if ctx.config.gpu == "off" or ctx.data.gpu is None:
+        return None
+    vendor = _vendor(ctx)
+    return None if vendor is None else (vendor, _count(ctx.data.gpu, vendor))
+
+
+def advertising(ctx, now):
+    """What status.json says of whether the device plugin advertised this GPU node's GPUs
+    (gpu/advertised.py judge: the Node node-ready read in this run against gpus_found),
+    as of `now` (Unix seconds); None on a machine that is not a GPU node."""
+    found = gpus_found(ctx)
+    if found is None:
+        return None
+    vendor, count = found
+    try:
+        started = ctx.host.lstat(advertised.KUBELET_SOCKET)
+    except OSError:  # not a directory on the way, not ours to read: no grace then
+        started = None
+    up_for = None if started is None else now - started.st_mtime
+    return advertised.judge(vendor, count, ctx.data.node_read, ctx.config.machine_name, up_for).to_dict()
+
+
 def node_labels(ctx):
     """The labels a GPU node registers with ([] on any other): the accelerator, the count
     and the model; a key the operator's node_labels sets is theirs."""
@@ -173,7 +204,7 @@ def node_labels(ctx):
         return []
     found = inventory(ctx)
     theirs = {label.partition("=")[0] for label in ctx.config.node_labels}
-    ours = [(ACCELERATOR_LABEL, vendor), (COUNT_LABEL, str(len(found.of(vendor)))),
+    ours = [(ACCELERATOR_LABEL, vendor), (COUNT_LABEL, str(_count(found, vendor))),
             (MODEL_LABEL, _model(found, vendor))]
     return [f"{key}={value}" for key, value in ours if key not in theirs]
 

@@ -39,6 +39,9 @@ class JoinData:
     bootstrap_token: Optional[str] = dataclasses.field(default=None, repr=False)
     # a per-run cache: what gpu/detect.py found on this machine (steps/gpu.py inventory)
     gpu: Any = None
+    # owner: node-ready: the Node as this pass last read it, or None (its allocatable tells
+    # whether the device plugin advertised the GPUs: steps/gpu.py advertising); never persisted
+    node_read: Optional[dict] = dataclasses.field(default=None, repr=False)
 
     # What a local pass reuses from the last full run.
     PERSISTED = ("kubernetes_version", "arc_location", "server", "ca_pem", "principal_id", "pool_values")

@@ -83,6 +83,7 @@ class NodeReadyStep(Step):
         # Without an identity (a dry run on a new node) there is nobody to ask as.
         if ctx.data.server and auth.has_identity(ctx):
             node = auth.client(ctx).get_node(name)
+            ctx.data.node_read = node
             if node is not None:
                 ctx.adopt(self.name, Kind.NODE, name, **auth.record)
                 if kube.is_ready(node):
@@ -110,7 +111,7 @@ class NodeReadyStep(Step):
     def _wait(self, ctx):
         name, timeout = ctx.config.machine_name, ctx.config.node_ready_timeout
         auth = kubelet_auth.for_mode(ctx.mode)
-        _wait_ready(ctx, name, timeout, auth)
+        ctx.data.node_read = _wait_ready(ctx, name, timeout, auth)
         ctx.ledger.record(self.name, Kind.NODE, name, **auth.record)
 
     def _register_again(self, ctx):

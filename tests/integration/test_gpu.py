@@ -6,9 +6,13 @@ the stand-in kubelet registered, and what preflight names."""
 
 import json
 import os
+import time
 
+from aks_flex_node.gpu import advertised
+from aks_flex_node.health import conditions as hc
 from aks_flex_node.steps import gpu
 from tests import gpu_fixtures, harness
+from tests.apiserver_fixtures import admin_client
 from tests.emulator import constants as C
 
 OPERATORS_CONFIG = b"# the operator's own containerd config, from before aks-flex-node\nversion = 2\n"
@@ -118,6 +122,7 @@ def test_gpu_off_makes_a_gpu_machine_a_plain_node_and_asks_nothing_of_it(node):
     assert b"imports" not in node.read("/etc/containerd/config.toml")
     assert "kubernetes.azure.com/accelerator" not in registered_labels(node)
     assert node.fake.calls("nvidia-smi") == [] and node.fake.calls("nvidia-ctk") == []
+    assert "gpu" not in summary and gpu_condition(node) is None  # nothing said of GPUs
 
 
 def test_a_gpu_node_set_to_gpu_off_loses_the_runtime_and_containerd_is_restarted(node):
@@ -181,3 +186,101 @@ def test_without_the_toolkit_containerd_keeps_runc_until_it_is_installed(node):
     proc, summary = node.cli_json("bootstrap", "--ignore-preflight-errors=gpu")
     assert proc.returncode == 0, proc.stderr
     assert gpu.DROPIN not in node.files() and b"imports" not in node.read("/etc/containerd/config.toml")
+
+
+# -- whether the device plugin advertised the GPUs (gpu/advertised.py) -------------------------
+# The tests play the kubelet and its device plugin at the boundary: they write the Node's
+# status.allocatable and capacity through the emulator's API server as the cluster admin (the
+# stand-in kubelet's heartbeat patches only its Ready condition, so what they write stays), and
+# the kubelet's registration socket's time (a new kubelet makes it anew when it starts).
+
+def advertise(node, allocatable, capacity=None):
+    status, answer = admin_client(node.emu)(
+        "PATCH", f"/api/v1/nodes/{harness.MACHINE_NAME}/status",
+        {"status": {"allocatable": allocatable, "capacity": capacity or allocatable}},
+        content_type="application/strategic-merge-patch+json")
+    assert status == 200, answer
+
+
+def kubelet_started(node, seconds_ago):
+    path = node.path(advertised.KUBELET_SOCKET)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb"):
+        pass
+    then = time.time() - seconds_ago
+    os.utime(path, (then, then))
+
+
+def gpu_condition(node):
+    [registered] = [n for n in node.emu.state()["nodes"].get(C.CLUSTER_NAME, [])
+                    if n["metadata"]["name"] == harness.MACHINE_NAME]
+    return {c["type"]: c for c in registered["status"].get("conditions", [])}.get(hc.GPU_NOT_ADVERTISED)
+
+
+def agent_pass(node):
+    proc = node.cli("agent", "--once")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, status = node.cli_json("status")
+    assert proc.returncode == 0, proc.stderr
+    return status
+
+
+def test_status_and_the_node_condition_say_whether_the_nvidia_gpus_are_advertised(node):
+    gpu_fixtures.nvidia_gpus(node.root, node.state_dir, count=2)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    # Joined, no device plugin yet: not advertised, with the remedy, and the condition True.
+    assert {k: summary["gpu"][k] for k in ("vendor", "resource", "detected", "verdict", "advertised")} == \
+        {"vendor": "nvidia", "resource": "nvidia.com/gpu", "detected": 2, "verdict": "not-advertised",
+         "advertised": None}
+    assert "nvidia-device-plugin" in summary["gpu"]["remedy"]
+    cond = gpu_condition(node)
+    assert (cond["status"], cond["reason"]) == ("True", "GPUsNotAdvertised")
+    proc, status = node.cli_json("status")
+    assert status["gpu"]["verdict"] == "not-advertised"
+    assert "gpu: not-advertised: " in node.cli("status").stdout
+
+    # The device plugin registers: the kubelet advertises both.
+    advertise(node, {"cpu": "8", "nvidia.com/gpu": "2"})
+    status = agent_pass(node)
+    assert (status["gpu"]["verdict"], status["gpu"]["advertised"], status["gpu"]["capacity"]) == ("advertised", 2, 2)
+    advertised_since = gpu_condition(node)
+    assert (advertised_since["status"], advertised_since["reason"]) == ("False", "GPUsAdvertised")
+
+    # The kubelet restarts: the resource reads 0 until the plugin registers again. Within the
+    # grace that is waiting, and the condition stays as it was.
+    kubelet_started(node, seconds_ago=5)
+    advertise(node, {"nvidia.com/gpu": "0"})
+    status = agent_pass(node)
+    assert status["gpu"]["verdict"] == "waiting"
+    cond = gpu_condition(node)
+    assert cond["status"] == "False" and cond["lastTransitionTime"] == advertised_since["lastTransitionTime"]
+
+    # Past the grace, one GPU of two unhealthy: fewer, and the condition True.
+    kubelet_started(node, seconds_ago=advertised.GRACE + 60)
+    advertise(node, {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "2"})
+    status = agent_pass(node)
+    assert (status["gpu"]["verdict"], status["gpu"]["advertised"], status["gpu"]["capacity"]) == ("fewer", 1, 2)
+    fewer = gpu_condition(node)
+    assert (fewer["status"], fewer["reason"]) == ("True", "FewerGPUsAdvertised")
+
+    # An allocatable that is not a quantity: named, the pass goes on, the condition is kept.
+    advertise(node, {"nvidia.com/gpu": "lots"})
+    status = agent_pass(node)
+    assert status["state"] == "succeeded" and status["gpu"]["verdict"] == "unreadable"
+    assert "status.allocatable['nvidia.com/gpu']" in status["gpu"]["message"] and "'lots'" in status["gpu"]["message"]
+    assert gpu_condition(node)["reason"] == "FewerGPUsAdvertised"
+
+
+def test_an_amd_gpu_node_is_told_whether_amd_com_gpu_is_advertised(node):
+    gpu_fixtures.amd_gpus(node.root, count=2)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0, proc.stderr
+    assert (summary["gpu"]["resource"], summary["gpu"]["verdict"]) == ("amd.com/gpu", "not-advertised")
+    assert gpu_condition(node)["status"] == "True"
+    advertise(node, {"nvidia.com/gpu": "2"})  # another vendor's resource is not this one's
+    assert agent_pass(node)["gpu"]["verdict"] == "not-advertised"
+    advertise(node, {"amd.com/gpu": "2"})
+    status = agent_pass(node)
+    assert (status["gpu"]["verdict"], status["gpu"]["advertised"]) == ("advertised", 2)
+    assert gpu_condition(node)["status"] == "False"
