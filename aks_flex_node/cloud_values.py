@@ -14,6 +14,7 @@ BadCloudValue. Standard library only: kube/ uses them too, and `token` must stay
 """
 
 import base64
+import fractions
 import ipaddress
 import re
 import ssl
@@ -190,3 +191,46 @@ def count(value, source, field, low, high):
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise BadCloudValue(source, field, value, f"an integer from {low} to {high}")
     return value
+
+
+# A Kubernetes resource quantity, in apimachinery's grammar (k8s.io/apimachinery
+# pkg/api/resource/quantity.go): a signed number, then a binary (Ki..Ei), decimal (m, k..E)
+# or exponent (e<n>, E<n>) suffix. The API server writes it in canonical form, which is not
+# always digits: 1000 devices are "1k". Longer than 64 characters, or an exponent beyond 64,
+# is refused rather than computed.
+_QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d{1,3}|[mkMGTPE]?)", re.ASCII)
+_QUANTITY_MAX = 64
+_BINARY_SI = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL_SI = {"m": fractions.Fraction(1, 1000), "": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9,
+               "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18}
+
+
+def _quantity(value):
+    """The exact value of quantity `value` (a string, or a JSON integer: a Quantity unmarshals
+    from one too), or None when it is not one."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return fractions.Fraction(value)
+    match = _QUANTITY.fullmatch(value) if isinstance(value, str) and len(value) <= _QUANTITY_MAX else None
+    if match is None:
+        return None
+    sign, number, suffix = match.groups()
+    amount = fractions.Fraction(number.rstrip(".") if number.endswith(".") else number)
+    if suffix in _BINARY_SI:
+        amount *= _BINARY_SI[suffix]
+    elif suffix in _DECIMAL_SI:
+        amount *= _DECIMAL_SI[suffix]
+    elif abs(int(suffix[1:])) <= _QUANTITY_MAX:
+        amount *= fractions.Fraction(10) ** int(suffix[1:])
+    else:
+        return None
+    return -amount if sign == "-" else amount
+
+
+def device_count(value, source, field):
+    """A count of devices in a Node's capacity or allocatable (an extended resource such as
+    nvidia.com/gpu): a quantity whose value is a whole number of 0 or more."""
+    amount = _quantity(value)
+    if amount is None or amount < 0 or amount.denominator != 1:
+        raise BadCloudValue(source, field, value, "a Kubernetes quantity that is a whole count of 0 or more "
+                            "(such as 2 or 1k)")
+    return int(amount)

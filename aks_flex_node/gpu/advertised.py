@@ -18,12 +18,15 @@ on the PCI bus against the Node's status.allocatable, as the node-ready phase re
   of the kubelet's start (the mtime of the kubelet's own registration socket there) is
   "waiting", which changes no condition: a kubelet restart does not turn a node whose GPUs
   were advertised into one whose are not and back a minute later.
+- A count is a quantity read by cloud_values.device_count; a value that is not a whole count
+  of 0 or more (or a status that is not an object) makes the verdict "unreadable", with the
+  answer, field and value named, never a failed pass.
 """
 
 import dataclasses
 from typing import Optional
 
-from aks_flex_node.kube import quantity
+from aks_flex_node import cloud_values
 
 RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
@@ -41,8 +44,6 @@ NOT_ADVERTISED = "not-advertised"  # none
 WAITING = "waiting"  # fewer or none, within GRACE of the kubelet's start
 UNKNOWN = "unknown"  # the Node was not read in this pass
 UNREADABLE = "unreadable"  # the API server's answer is not what a Node holds
-
-_SHOWN = 60  # characters of a value from the API server shown in a message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,37 +70,22 @@ class Advertising:
         return out
 
 
-class _Unreadable(Exception):
-    pass
-
-
-def _shown(value):
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
-
-
 def _resources(status, field, source):
-    """status[field] (allocatable, capacity): {} when absent; _Unreadable when not an object."""
+    """status[field] (allocatable, capacity): {} when absent."""
     value = status.get(field)
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _Unreadable(f"{source}: status.{field} is {_shown(value)}, not an object")
+        raise cloud_values.BadCloudValue(source, f"status.{field}", value, "an object")
     return value
 
 
 def _count(resources, name, field, source):
-    """The whole, non-negative count resources[name] says, None when it is not there."""
+    """The count resources[name] says (cloud_values.device_count), None when it is not there."""
     if name not in resources:
         return None
-    value = resources[name]
-    try:
-        amount = quantity.parse(value)
-    except ValueError as err:
-        raise _Unreadable(f"{source}: status.{field}[{name!r}] is {_shown(value)}: {err}")
-    if amount < 0 or amount.denominator != 1:
-        raise _Unreadable(f"{source}: status.{field}[{name!r}] is {_shown(value)}, not a whole count of 0 or more")
-    return int(amount)
+    # A name from the answer (nvidia.com/mig-...) is shown bounded, as its value is.
+    return cloud_values.device_count(resources[name], source, f"status.{field}[{cloud_values.shown(name, 60)}]")
 
 
 def _also_advertised(vendor, allocatable, source):
@@ -122,21 +108,21 @@ def judge(vendor, detected, node, node_name, kubelet_up_for=None):
         return Advertising(vendor, detected, UNKNOWN,
                            f"{what} found; whether the device plugin advertised them is not known: "
                            "the Node was not read in this pass")
-    source = f"the API server's Node {node_name!r}"
+    source = f"API server GET /api/v1/nodes/{node_name}"
     try:
         if not isinstance(node, dict):
-            raise _Unreadable(f"{source} is {_shown(node)}, not an object")
+            raise cloud_values.BadCloudValue(source, "body", node, "a Node object")
         status = node.get("status")
         status = {} if status is None else status
         if not isinstance(status, dict):
-            raise _Unreadable(f"{source}: status is {_shown(status)}, not an object")
+            raise cloud_values.BadCloudValue(source, "status", status, "an object")
         allocatable = _resources(status, "allocatable", source)
         advertised = _count(allocatable, resource, "allocatable", source)
         capacity = _count(_resources(status, "capacity", source), resource, "capacity", source)
         others = _also_advertised(vendor, allocatable, source)
-    except _Unreadable as err:
+    except cloud_values.BadCloudValue as err:
         return Advertising(vendor, detected, UNREADABLE,
-                           f"{what} found; whether the device plugin advertised them cannot be told: {err}")
+                           f"{what} found; whether the device plugin advertised them cannot be told: {err.message}")
     found = dict(vendor=vendor, detected=detected, advertised=advertised, capacity=capacity)
     if (advertised or 0) >= detected:
         return Advertising(verdict=ADVERTISED, message=f"{what} found, {advertised} {resource} allocatable", **found)

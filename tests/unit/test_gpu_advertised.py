@@ -1,19 +1,18 @@
-"""Whether the device plugin advertised a GPU node's GPUs (issue 29): the quantity parser
-(kube/quantity.py), the pure comparison (gpu/advertised.py), the Node condition it gives
-(health/conditions.py), and what `status` shows of it (status.json's shape, output.py)."""
+"""Whether the device plugin advertised a GPU node's GPUs (issue 29): a device count read from
+the API server (cloud_values.device_count), the pure comparison (gpu/advertised.py), the Node
+condition it gives (health/conditions.py), and what `status` shows of it (status.json's
+shape, output.py)."""
 
 import datetime
-import fractions
 import json
 
 import pytest
 
-from aks_flex_node import output
+from aks_flex_node import cloud_values, output
 from aks_flex_node.engine import state_shape
 from aks_flex_node.engine import status as st
 from aks_flex_node.gpu import advertised as adv
 from aks_flex_node.health import conditions as hc
-from aks_flex_node.kube import quantity
 
 NOW = datetime.datetime(2026, 11, 28, 2, 0, 0, tzinfo=datetime.timezone.utc)
 EARLIER = "2026-11-27T00:00:00Z"
@@ -32,22 +31,24 @@ def judged(vendor, detected, allocatable=None, capacity=None, up_for=None):
     return adv.judge(vendor, detected, node(allocatable, capacity), "n1", up_for)
 
 
-# -- kube/quantity.py ------------------------------------------------------------------------
+# -- cloud_values.device_count ------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, value", [
-    ("0", 0), ("2", 2), ("+3", 3), ("-1", -1), ("1k", 1000), ("2Ki", 2048), ("1e3", 1000), ("1E3", 1000),
-    ("1E", 10 ** 18), ("1.5", fractions.Fraction(3, 2)), ("500m", fractions.Fraction(1, 2)),
-    (".5", fractions.Fraction(1, 2)),
-    ("5.", 5), ("1e-2", fractions.Fraction(1, 100)), (4, 4),
+@pytest.mark.parametrize("value, count", [
+    ("0", 0), ("2", 2), ("+3", 3), ("1k", 1000), ("2Ki", 2048), ("1e3", 1000), ("1E3", 1000), ("1E", 10 ** 18),
+    ("2000m", 2), ("1.0", 1), ("5.", 5), ("0.5k", 500), ("10e-1", 1), (4, 4),
 ])
-def test_a_quantity_is_read_in_apimachinerys_grammar_exactly(text, value):
-    assert quantity.parse(text) == value
+def test_a_device_count_is_read_in_apimachinerys_quantity_grammar(value, count):
+    assert cloud_values.device_count(value, "API server GET /api/v1/nodes/n1", "status.allocatable['x']") == count
 
 
-@pytest.mark.parametrize("text", ["", "lots", "1 k", "1kb", "1e", "0x10", "1e999", "1" * 65, None, True, 2.5, [], "١"])
-def test_what_is_not_a_quantity_is_a_value_error(text):
-    with pytest.raises(ValueError):
-        quantity.parse(text)
+@pytest.mark.parametrize("value", ["", "lots", "1 k", "1kb", "1e", "0x10", "1e999", "1" * 65, None, True, 2.5, [],
+                                   "\u0661", "-1", "1500m", "0.5", "1e-2"])
+def test_what_is_not_a_whole_count_of_0_or_more_is_a_bad_cloud_value_naming_source_field_and_value(value):
+    with pytest.raises(cloud_values.BadCloudValue) as caught:
+        cloud_values.device_count(value, "API server GET /api/v1/nodes/n1", "status.allocatable['x']")
+    err = caught.value
+    assert (err.code, err.source, err.field, err.value) == (
+        "bad-cloud-value", "API server GET /api/v1/nodes/n1", "status.allocatable['x']", cloud_values.shown(value))
 
 
 # -- gpu/advertised.py -------------------------------------------------------------------------
@@ -123,18 +124,21 @@ def test_a_node_not_read_is_unknown():
      "status.allocatable['nvidia.com/mig-1g.5gb']"),
     ({"status": {"allocatable": ["nvidia.com/gpu"]}}, "status.allocatable"),
     ({"status": "Ready"}, "status"),
-    (["not", "a", "node"], "Node 'n1'"),
+    (["not", "a", "node"], "body"),
 ])
 def test_a_malformed_answer_is_unreadable_naming_the_source_field_and_value(bad, field):
     got = adv.judge("nvidia", 2, bad, "n1")
     assert got.verdict == adv.UNREADABLE and got.advertised is None
-    assert "the API server's Node 'n1'" in got.message and field in got.message
+    assert "API server GET /api/v1/nodes/n1" in got.message and field in got.message
     json.dumps(got.to_dict())  # status.json can hold it
 
 
 def test_a_long_hostile_value_is_shown_cut_short():
     got = adv.judge("nvidia", 1, {"status": {"allocatable": {"nvidia.com/gpu": "\x1b[2J" + "9" * 500}}}, "n1")
-    assert got.verdict == adv.UNREADABLE and len(got.message) < 300 and "\x1b" not in got.message
+    assert got.verdict == adv.UNREADABLE and "9" * 100 not in got.message and "\x1b" not in got.message
+    name = "nvidia.com/mig-" + "x" * 500
+    got = adv.judge("nvidia", 1, {"status": {"allocatable": {name: "lots"}}}, "n1")
+    assert got.verdict == adv.UNREADABLE and "x" * 100 not in got.message
 
 
 # -- the Node condition (health/conditions.py) -------------------------------------------------
