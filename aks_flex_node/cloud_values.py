@@ -14,7 +14,6 @@ BadCloudValue. Standard library only: kube/ uses them too, and `token` must stay
 """
 
 import base64
-import fractions
 import ipaddress
 import re
 import ssl
@@ -197,40 +196,43 @@ def count(value, source, field, low, high):
 # pkg/api/resource/quantity.go): a signed number, then a binary (Ki..Ei), decimal (m, k..E)
 # or exponent (e<n>, E<n>) suffix. The API server writes it in canonical form, which is not
 # always digits: 1000 devices are "1k". Longer than 64 characters, or an exponent beyond 64,
-# is refused rather than computed.
-_QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d{1,3}|[mkMGTPE]?)", re.ASCII)
+# is refused rather than computed. Exact, in integers (no fractions module: the agent's every
+# pass imports this one).
+_QUANTITY = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d{1,3}|[mkMGTPE]?)", re.ASCII)
 _QUANTITY_MAX = 64
-_BINARY_SI = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
-_DECIMAL_SI = {"m": fractions.Fraction(1, 1000), "": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9,
-               "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18}
+_BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}  # powers of 2
+_DECIMAL_SI = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}  # powers of 10
 
 
 def _quantity(value):
-    """The exact value of quantity `value` (a string, or a JSON integer: a Quantity unmarshals
-    from one too), or None when it is not one."""
+    """(numerator, denominator) of quantity `value` (a string, or a JSON integer: a Quantity
+    unmarshals from one too), or None when it is not one."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return fractions.Fraction(value)
+        return value, 1
     match = _QUANTITY.fullmatch(value) if isinstance(value, str) and len(value) <= _QUANTITY_MAX else None
-    if match is None:
+    if match is None or not (match.group(2) or match.group(3)):  # a number needs a digit
         return None
-    sign, number, suffix = match.groups()
-    amount = fractions.Fraction(number.rstrip(".") if number.endswith(".") else number)
+    sign, whole, fraction, suffix = match.groups()
+    fraction = fraction or ""
+    numerator, denominator = int(whole + fraction or "0"), 10 ** len(fraction)
     if suffix in _BINARY_SI:
-        amount *= _BINARY_SI[suffix]
-    elif suffix in _DECIMAL_SI:
-        amount *= _DECIMAL_SI[suffix]
-    elif abs(int(suffix[1:])) <= _QUANTITY_MAX:
-        amount *= fractions.Fraction(10) ** int(suffix[1:])
+        numerator <<= _BINARY_SI[suffix]
     else:
-        return None
-    return -amount if sign == "-" else amount
+        power = _DECIMAL_SI[suffix] if suffix in _DECIMAL_SI else int(suffix[1:])
+        if abs(power) > _QUANTITY_MAX:
+            return None
+        if power >= 0:
+            numerator *= 10 ** power
+        else:
+            denominator *= 10 ** -power
+    return (-numerator if sign == "-" else numerator), denominator
 
 
 def device_count(value, source, field):
     """A count of devices in a Node's capacity or allocatable (an extended resource such as
     nvidia.com/gpu): a quantity whose value is a whole number of 0 or more."""
     amount = _quantity(value)
-    if amount is None or amount < 0 or amount.denominator != 1:
+    if amount is None or amount[0] < 0 or amount[0] % amount[1]:
         raise BadCloudValue(source, field, value, "a Kubernetes quantity that is a whole count of 0 or more "
                             "(such as 2 or 1k)")
-    return int(amount)
+    return amount[0] // amount[1]

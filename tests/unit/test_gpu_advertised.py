@@ -35,14 +35,14 @@ def judged(vendor, detected, allocatable=None, capacity=None, up_for=None):
 
 @pytest.mark.parametrize("value, count", [
     ("0", 0), ("2", 2), ("+3", 3), ("1k", 1000), ("2Ki", 2048), ("1e3", 1000), ("1E3", 1000), ("1E", 10 ** 18),
-    ("2000m", 2), ("1.0", 1), ("5.", 5), ("0.5k", 500), ("10e-1", 1), (4, 4),
+    ("2000m", 2), ("1.0", 1), ("5.", 5), ("0.5k", 500), ("1.5k", 1500), ("10e-1", 1), ("-0", 0), (4, 4),
 ])
 def test_a_device_count_is_read_in_apimachinerys_quantity_grammar(value, count):
     assert cloud_values.device_count(value, "API server GET /api/v1/nodes/n1", "status.allocatable['x']") == count
 
 
 @pytest.mark.parametrize("value", ["", "lots", "1 k", "1kb", "1e", "0x10", "1e999", "1" * 65, None, True, 2.5, [],
-                                   "\u0661", "-1", "1500m", "0.5", "1e-2"])
+                                   "\u0661", "-1", "1500m", "0.5", "1e-2", ".", "+", "k", "1.2.3"])
 def test_what_is_not_a_whole_count_of_0_or_more_is_a_bad_cloud_value_naming_source_field_and_value(value):
     with pytest.raises(cloud_values.BadCloudValue) as caught:
         cloud_values.device_count(value, "API server GET /api/v1/nodes/n1", "status.allocatable['x']")
