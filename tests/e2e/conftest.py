@@ -11,6 +11,8 @@
   repo        a signed APT repository of them, with its own throwaway key (tools/publish-repo.sh)
   mirror      the artifact mirror (tests/e2e/mirror.py): Debian's containerd/runc/CNI, the
               emulator's stand-in kubelet
+  containerd2_mirror  the same with Debian forky's containerd 2.x (tests/e2e/containerd2.py),
+              for the GPU scenario only
   booted      a fresh container for one test (container.Container), torn down after it
   node        `booted` prepared as a machine about to install the package (node.Node)
   private_registry  Debian's docker-registry on loopback with TLS from a throwaway CA
@@ -31,6 +33,7 @@ import pytest
 
 from aks_flex_node.azure import himds
 from tests.e2e import container as ct
+from tests.e2e import containerd2
 from tests.e2e import registry as r
 from tests.e2e.mirror import Mirror
 from tests.e2e.node import DIGESTS, REPO_MOUNT, UPSTREAM_KEYS_MOUNT, Node
@@ -182,6 +185,19 @@ def mirror(base, emulator):
     served.stop()
 
 
+@pytest.fixture(scope="session")
+def containerd2_mirror(base, emulator):
+    """The artifact mirror with Debian forky's containerd 2.x in place of the release's own
+    (tests/e2e/containerd2.py), for the GPU scenario; runc and the CNI plugins stay the release's."""
+    try:
+        deb = containerd2.deb()
+    except containerd2.ArchiveUnreachable as err:
+        pytest.skip(str(err))
+    served = Mirror({**base.runtime_debs(), "containerd": deb}, emulator)
+    yield served
+    served.stop()
+
+
 def _boot(base_root, request, binds, **options):
     run_dir = RUN_BASE / f"{request.node.name[:40]}-{uuid.uuid4().hex[:6]}"
     box = ct.Container(base_root, run_dir, binds=binds, **options)
@@ -220,11 +236,14 @@ def boot_node(base_root, fresh_emulator, request):
     add_repository=False leaves the APT source to the scenario (cloud-init adds it).
     extra_ports: more host ports to forward in (the release upgrade's archive proxy).
     reach_mirror=False: the artifact mirror's port is not forwarded (a node that installs
-    from a file:// mirror). binds: more (host path, node path, read_only) bind mounts."""
+    from a file:// mirror). binds: more (host path, node path, read_only) bind mounts.
+    mirror: the artifact mirror the node is given (its digests, its port), by default the
+    `mirror` fixture's."""
 
     def boot(repo, private_network=True, before_boot=None, hostname="e2e-node", add_repository=True,
-             extra_ports=(), reach_mirror=True, binds=()):
-        digests = request.getfixturevalue("mirror").digests()
+             extra_ports=(), reach_mirror=True, binds=(), mirror=None):
+        served = mirror or request.getfixturevalue("mirror")
+        digests = served.digests()
 
         def prepare(box):
             # In place before systemd starts: a cloud-init join runs during the boot.
@@ -235,8 +254,8 @@ def boot_node(base_root, fresh_emulator, request):
         options = {"hostname": hostname, "before_boot": prepare}
         if private_network:
             options.update(private_network=True,
-                           forward_ports=[*emulator_ports(fresh_emulator, request.getfixturevalue("mirror")
-                                                          if reach_mirror else None), *extra_ports])
+                           forward_ports=[*emulator_ports(fresh_emulator, served if reach_mirror else None),
+                                          *extra_ports])
         box = _boot(base_root, request, [(repo.path, REPO_MOUNT, True),
                                          (fresh_emulator.himds_key_dir, UPSTREAM_KEYS_MOUNT, False), *binds],
                     **options)

@@ -6,13 +6,15 @@ client for the node's containerd.
         image = oci_image(directory / "hello", {"hello.txt": b"hi\n"})   # an OCI layout from local files
         registry.push(image, "e2e/hello:1.0")    # Debian's skopeo
         pull_image(socket_path, "mcr.microsoft.com/e2e/hello:1.0")      # runtime.v1 ImageService/PullImage
+    run_pod_sandbox(socket_path, "name", "uid")  # runtime.v1 RuntimeService/RunPodSandbox (the GPU scenario)
 
 Nothing comes from outside: the image is built here, byte for byte, so its digest is known.
 
 The CRI client speaks gRPC with Debian's python3-grpcio, the messages hand-encoded (two
 string fields; the CRI's api.proto: kubernetes/cri-api pkg/apis/runtime/v1/api.proto,
 PullImageRequest {ImageSpec image = 1; ...}, ImageSpec {string image = 1; ...},
-PullImageResponse {string image_ref = 1;}), as tests/emulator/kube_protobuf.py does the
+PullImageResponse {string image_ref = 1;}; the sandbox calls' in sandbox_request), as
+tests/emulator/kube_protobuf.py does the
 Kubernetes protobuf: no generated code, no protoc.
 """
 
@@ -37,6 +39,10 @@ DOCKER_REGISTRY = "/usr/bin/docker-registry"
 SKOPEO = "/usr/bin/skopeo"
 OPENSSL = "/usr/bin/openssl"
 PULL_IMAGE = "/runtime.v1.ImageService/PullImage"
+RUN_POD_SANDBOX = "/runtime.v1.RuntimeService/RunPodSandbox"
+STOP_POD_SANDBOX = "/runtime.v1.RuntimeService/StopPodSandbox"
+REMOVE_POD_SANDBOX = "/runtime.v1.RuntimeService/RemovePodSandbox"
+NAMESPACE_NODE = 2  # NamespaceMode NODE: the node's own namespace (api.proto, enum NamespaceMode)
 
 
 def missing_tools():
@@ -168,21 +174,22 @@ def node_arch():
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
-def oci_image(path, files, tag="1.0", arch=None):
+def oci_image(path, files, tag="1.0", arch=None, cmd=("/hello.txt",), executables=()):
     """An OCI image layout (opencontainers/image-spec, image-layout.md) at `path` holding
-    one image of one layer with `files` ({name: bytes}), for `arch` (the host's)."""
+    one image of one layer with `files` ({name: bytes}), for `arch` (the host's); `cmd` its
+    config's Cmd, the files named in `executables` mode 0755 (the others 0644)."""
     path = pathlib.Path(path)
     (path / "blobs/sha256").mkdir(parents=True, exist_ok=True)
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, content in sorted(files.items()):
             info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(content), 0o644, 0
+            info.size, info.mode, info.mtime = len(content), 0o755 if name in executables else 0o644, 0
             tar.addfile(info, io.BytesIO(content))
     layer_tar = raw.getvalue()
     layer = _blob(path, gzip.compress(layer_tar, mtime=0))
     config = _blob(path, json.dumps({
-        "architecture": arch or node_arch(), "os": "linux", "config": {"Cmd": ["/hello.txt"]},
+        "architecture": arch or node_arch(), "os": "linux", "config": {"Cmd": list(cmd)},
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(layer_tar).hexdigest()}"]},
     }, sort_keys=True).encode())
     manifest = _blob(path, json.dumps({
@@ -214,6 +221,14 @@ def _string_field(number, text):
     return _varint(number << 3 | 2) + _varint(len(data)) + data
 
 
+def _message_field(number, message):
+    return _varint(number << 3 | 2) + _varint(len(message)) + message
+
+
+def _varint_field(number, value):
+    return _varint(number << 3) + _varint(value)
+
+
 def pull_request(image):
     """PullImageRequest{image: ImageSpec{image: `image`}}, no auth, no sandbox config."""
     spec = _string_field(1, image)
@@ -242,3 +257,48 @@ def pull_image(socket_path, image, timeout=120):
             return first_string(call(pull_request(image), timeout=timeout))
         except grpc.RpcError as err:
             raise PullFailed(image, err.code().name, err.details()) from None
+
+
+def sandbox_request(name, uid, namespace="default"):
+    """RunPodSandboxRequest{config: PodSandboxConfig{metadata: {name, uid, namespace},
+    linux: {cgroup_parent, security_context: {namespace_options: {network: NODE}}}}}, no
+    runtime_handler (the default runtime's, as for a pod that names no RuntimeClass). The
+    cgroup parent is the slice the kubelet's systemd cgroup driver names for a BestEffort
+    pod (kubepods-besteffort-pod<uid, - as _>.slice): runc's systemd driver takes nothing
+    else. The node's network: no CNI configuration is needed for it (api.proto:
+    PodSandboxConfig metadata = 1, linux = 8; LinuxPodSandboxConfig cgroup_parent = 1,
+    security_context = 2; LinuxSandboxSecurityContext namespace_options = 1;
+    NamespaceOption network = 1)."""
+    metadata = _string_field(1, name) + _string_field(2, uid) + _string_field(3, namespace)
+    slice_name = f"kubepods-besteffort-pod{uid.replace('-', '_')}.slice"
+    linux = _string_field(1, slice_name) + _message_field(2, _message_field(1, _varint_field(1, NAMESPACE_NODE)))
+    return _message_field(1, _message_field(1, metadata) + _message_field(8, linux))
+
+
+def _call(socket_path, method, request, timeout):
+    import grpc
+
+    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        try:
+            return call(request, timeout=timeout)
+        except grpc.RpcError as err:
+            raise CriFailed(method, err.code().name, err.details()) from None
+
+
+class CriFailed(Exception):
+    def __init__(self, method, code, details):
+        super().__init__(f"{method}: {code}: {details}")
+        self.method, self.code, self.details = method, code, details
+
+
+def run_pod_sandbox(socket_path, name, uid, timeout=240):
+    """The pod sandbox ID containerd's CRI answers for a sandbox of the default runtime
+    (RunPodSandboxResponse{pod_sandbox_id = 1}): the kubelet's first call for every pod."""
+    return first_string(_call(socket_path, RUN_POD_SANDBOX, sandbox_request(name, uid), timeout))
+
+
+def remove_pod_sandbox(socket_path, sandbox_id, timeout=120):
+    """StopPodSandbox, then RemovePodSandbox (both: {pod_sandbox_id = 1})."""
+    for method in (STOP_POD_SANDBOX, REMOVE_POD_SANDBOX):
+        _call(socket_path, method, _string_field(1, sandbox_id), timeout)
