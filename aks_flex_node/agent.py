@@ -189,7 +189,8 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
         seen = decision.to_dict() if decision is not None else goal_seen
         result, _summary = operations.bootstrap(cfg, host, lock_wait=0.0, local_only=not full and goal is None,
                                                 recent_repairs=repaired, refresh_pool=joining, agent=True,
-                                                machine_goal=goal, released=released, goal_seen=seen)
+                                                machine_goal=goal, released=released, goal_seen=seen,
+                                                machine_seen=decision.machine_seen if decision is not None else None)
     except FlexNodeError as exc:  # a ledger it cannot read, the lock held by a manual run, etc.
         return PassOutcome(PassKind.FAILED, exc.message, int(exc.exit_code), machine_goal=goal_seen)
     if goal is not None and result.ok:

@@ -50,7 +50,7 @@ def _identity(cfg):
 def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
               ignore_preflight_errors=(), progress=None, lock_wait=0.0, local_only=False,
               recent_repairs=frozenset(), refresh_pool=True, agent=False, upgrade=False,
-              machine_goal=None, released=False, goal_seen=None):
+              machine_goal=None, released=False, goal_seen=None, machine_seen=None):
     """Join this node. Returns (RunResult, status dict).
 
     `local_only` (the agent's frequent pass) converges the host but asks Azure nothing: the
@@ -67,6 +67,8 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
     failed when its kubelet did not come Ready; `released`: the pool's operation deleted the
     Node after its own cordon and drain (no drain of ours). `goal_seen`:
     what the agent last decided about its Machine (pool_follow.Decision.to_dict), for status.
+    `machine_seen`: (the Machine or None,) as the agent read it for that decision in this pass
+    (pool_follow.Decision.machine_seen): the machine phase takes it instead of reading again.
     """
     with RunLock(host, "bootstrap", wait=lock_wait):
         ledger = open_ledger(host)
@@ -75,7 +77,7 @@ def bootstrap(cfg, host, *, dry_run=False, sequential=False, only=(), skip=(),
             ignore_preflight_errors=frozenset(ignore_preflight_errors),
             local_only=bool(cached) and local_only, dry_run=dry_run,
             refresh_pool=refresh_pool, agent=agent, upgrade=upgrade, machine_goal=machine_goal,
-            released=released,
+            released=released, machine_seen=machine_seen,
             upgrade_started=lambda node, previous, target: node_report.report_upgrade_started(
                 lambda: node_report.node_client(cfg, host), node, cfg.machine_name, previous, target)))
         if ctx.local_only:

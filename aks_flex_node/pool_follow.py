@@ -66,6 +66,9 @@ class Decision:
     goal: Optional[goals.Goal] = None
     code: str = ""  # BLOCKED: why, as a word (an error's code, "pinned", "goal-failed")
     released: bool = False  # APPLY: the pool's operation deleted the Node (no drain of ours)
+    # (the Machine, or None when it is gone,) as `observe` read it for this decision; None when
+    # it read none or its read failed. The pass's run takes it instead of reading it again.
+    machine_seen: Optional[tuple] = dataclasses.field(default=None, repr=False, compare=False)
 
     def to_dict(self):
         out = {"verdict": str(self.verdict), "reason": self.reason}
@@ -250,6 +253,7 @@ def observe(cfg, host, ledger, full):
     seen = Seen(machine=machine, machine_read=True, machine_error=machine_error, node=node, node_error=node_error)
     what = f"machine {cfg.machine_name} of agent pool {cfg.agent_pool}"
     pin = cfg.kubernetes_version if cfg.is_set("kubernetes_version") else None
-    return decide(seen, applied, applying, failed, pin=pin, what=what,
-                  applying_released=goals.applying_released(ledger))
+    decision = decide(seen, applied, applying, failed, pin=pin, what=what,
+                      applying_released=goals.applying_released(ledger))
+    return decision if machine_error is not None else dataclasses.replace(decision, machine_seen=(machine,))
 

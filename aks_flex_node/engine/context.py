@@ -33,6 +33,9 @@ class Context:
         # Reentrant: a subclass's properties may read one another under it.
         self._lock = threading.RLock()
         self._adopted = []  # (step, kind, id, extra) noted by checks, for the runner to record
+        # Actions the runner has applied in this run so far: a check may trust what was
+        # read at the start of the run (steps/cloud_reads.py) only while this is 0.
+        self.applied = 0
 
     @property
     def config(self):
@@ -55,6 +58,11 @@ class Context:
             if obligation not in owed:
                 owed.append(obligation)
         return owed
+
+    def note_applied(self):
+        """The runner is about to apply an action: answers read before it may be stale."""
+        with self._lock:
+            self.applied += 1
 
     def adopt(self, step, kind, id, **extra):
         """Note, from a check, something found in place that is ours (our deterministic

@@ -23,6 +23,14 @@ fails blocks every phase (they would read a layout half-way between two).
 that is needed again right away did not stick (something undoes it, or it has no effect
 here): the phase fails with RepairDidNotStick instead of repairing it again in silence.
 What a step could not observe is kept on its phase (`unknown`), never counted as a change.
+
+Once the run set is known, every step of it that applies is asked to `prefetch`: to start
+the cloud reads its check will ask for, so that the reads that do not depend on one
+another's answers go at once, whichever step asks first (steps/cloud_reads.py; issue 30: a
+converged run waited on twelve reads one after the other). A `--sequential` run prefetches
+nothing: each step reads for itself, as the upstream agent does. The runner counts the
+actions it applies (`Context.applied`): a check may trust an answer read at the start of
+the run only while nothing has changed since.
 """
 
 import concurrent.futures
@@ -167,6 +175,8 @@ class Runner:
                 results[step.name].status = BLOCKED
                 results[step.name].message = f"not run: migration {failed_migration.name} failed"
             return RunResult([results[s.name] for s in self.steps], started, time.time(), migrated)
+        if not self.sequential:
+            self._prefetch(schedule)
         total = len(self.selected)
         counter = {"n": 0}
         pending = [s for s in schedule]
@@ -221,6 +231,16 @@ class Runner:
                 f"not run: {', '.join(blockers)} failed" if blockers else "not run: the run failed")
         return RunResult([results[s.name] for s in self.steps], started, time.time(), migrated)
 
+    def _prefetch(self, schedule):
+        """Let each scheduled step that applies start its cloud reads. A read only reads, and
+        a prefetch that fails starts nothing: the check reads for itself and reports it."""
+        for step in schedule:
+            try:
+                if step.run_if(self.ctx) is None:
+                    step.prefetch(self.ctx)
+            except Exception:  # never the run's failure: the check that asks says what is wrong
+                log.debug("prefetch of %s failed", step.name, exc_info=True)
+
     def _record_adopted(self, step):
         """What `step`'s check found in place that is ours, into the ledger (a check only
         reads; a dry run writes nothing)."""
@@ -261,6 +281,7 @@ class Runner:
                 log.info("%s: %s (%s)", step.name, action.what, action.why)
                 if action.owes:  # written down before the change that calls for it
                     self.ctx.ledger.owe(action.owes)
+                self.ctx.note_applied()
                 if action.run is not None:
                     action.run()
                 done.append(action.to_dict())

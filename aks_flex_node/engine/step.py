@@ -138,6 +138,11 @@ class Step:
             return LOCAL_PASS
         return None
 
+    def prefetch(self, ctx):
+        """Start the cloud reads `check` will ask for, so that a run's independent reads go at
+        once (steps/cloud_reads.py); the runner calls it once the run set is known, for each
+        step that applies. It only starts reads, and must not raise."""
+
     def check(self, ctx) -> Plan:
         raise NotImplementedError
 

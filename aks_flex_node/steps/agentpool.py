@@ -265,7 +265,9 @@ class MachineStep(Step):
         cfg, plan = ctx.config, Plan()
         name = cfg.machine_name
         wanted = agentpool.machine_body(cfg)
-        machine = agentpool.get_machine(ctx.azure.clients, cfg.cluster, cfg.agent_pool, name)
+        seen = ctx.options.machine_seen  # read by the agent for this pass's decision (pool_follow.py)
+        machine = seen[0] if seen is not None else agentpool.get_machine(ctx.azure.clients, cfg.cluster,
+                                                                          cfg.agent_pool, name)
         following = machine_goal.applied(ctx.ledger) is not None
         if machine is None and following and ctx.options.agent:
             # Gone after the join: the pool deletes a Machine to take the node out; the agent

@@ -11,6 +11,7 @@ from aks_flex_node.engine.step import IDENTITY, Plan, Step
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.host.azcmagent import Azcmagent
 from aks_flex_node.http_policy import ProxySettingError, redact
+from aks_flex_node.steps import cloud_reads
 from aks_flex_node.steps.kinds import Kind
 
 CONFIG_KIND = Kind.AZCMAGENT_CONFIG
@@ -115,8 +116,6 @@ class ArcStep(ArcModeOnly, Step):
     cloud = True
 
     def check(self, ctx):
-        from aks_flex_node.azure import arc
-
         cfg, plan = ctx.config, Plan()
         agent = Azcmagent(ctx.host, cfg.azcmagent)
         leftovers = agent.leftover_config_files()
@@ -144,8 +143,9 @@ class ArcStep(ArcModeOnly, Step):
             if not plan.actions:
                 plan.noop_reason = "the local Arc agent is connected"
             return plan
-        machine = arc.get_machine(ctx.azure.clients, cfg.subscription_id,
-                                  cfg.arc_resource_group, cfg.machine_name)
+        # The run's shared read (steps/cloud_reads.py): preflight's arc-identity check asked
+        # for the same machine.
+        machine = cloud_reads.machine(ctx)
         if connected and machine and machine.principal_id:
             ctx.data.principal_id = machine.principal_id
             if not plan.actions:

@@ -6,6 +6,7 @@ from typing import Callable, FrozenSet, Optional
 
 from aks_flex_node.engine.context import Context, RunOptions
 from aks_flex_node.http_policy import HttpPolicy
+from aks_flex_node.steps.cloud_reads import CloudReads
 from aks_flex_node.steps.join_data import JoinData
 
 
@@ -29,6 +30,9 @@ class JoinOptions(RunOptions):
     # ...because the pool's operation released the node: the RP cordoned and drained it and
     # deleted its Node; the kubelet moves without a cordon or drain of ours and registers again
     released: bool = False
+    # agent-pool mode: (the Machine or None,) as the agent's pass read it for its decision
+    # (pool_follow.observe), moments before this run: the machine phase does not read it again
+    machine_seen: Optional[tuple] = None
 
 
 class JoinContext(Context):
@@ -39,6 +43,8 @@ class JoinContext(Context):
         self._azure = None
         self._downloader = None
         self._http_policy = None
+        # The run's shared cloud read: what the steps' prefetch started (steps/cloud_reads.py).
+        self.reads = CloudReads()
 
     @property
     def config(self):

@@ -20,7 +20,7 @@ import datetime
 import json
 import time
 
-from aks_flex_node import kube
+from aks_flex_node import kube, paths, token
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import cluster_ca, tracked
@@ -152,6 +152,20 @@ def node_token(ctx):
     return cached.access_token
 
 
+def kubelets_token(ctx):
+    """The token the kubelet holds now: the cache `aks-flex-node token` keeps for it (read
+    only: token.TokenCache, a file we wrote, read carefully, its entry checked as HIMDS's
+    answer is) while it has TOKEN_MARGIN seconds left, else node_token's. Asking with it asks
+    exactly as the kubelet does, and costs no HIMDS exchange (two round trips, each one more
+    link in the chain a converged run waits on: issue 30). Only for what a run reads before
+    it changes anything: a run that reconnects the Arc agent changes the identity under it."""
+    now = time.time()
+    found = token.TokenCache(str(ctx.host.path(paths.TOKEN_CACHE))).load(himds.AKS_RESOURCE, now)
+    if found is not None and found.expires_on - now >= TOKEN_MARGIN:
+        return found.access_token
+    return node_token(ctx)
+
+
 def _plan_ca(ctx, plan, step, kubeconfig_path):
     """The cluster CA the kubelet trusts; False (and a plan to write it with `kubeconfig_path`
     later) while the API server is not known yet."""
@@ -194,6 +208,10 @@ class ExecPlugin:
     def client_of(self, ctx, server, ca_pem):
         """As the node, of the API server `server` (a preflight knows it before ctx.data does)."""
         return kube.KubeClient(server, ca_pem, lambda: node_token(ctx), policy=ctx.http_policy)
+
+    def kubelets_client_of(self, ctx, server, ca_pem):
+        """As the kubelet asks now: with the token it holds (kubelets_token)."""
+        return kube.KubeClient(server, ca_pem, lambda: kubelets_token(ctx), policy=ctx.http_policy)
 
     def ready_client(self, ctx):
         """A factory of clients for waiting on Ready: one client serves every attempt."""
@@ -251,6 +269,8 @@ class TlsBootstrap:
         """As the kubelet, of the API server `server` (a preflight knows it before ctx.data does)."""
         return kube.KubeClient(server, ca_pem, policy=ctx.http_policy,
                                client_cert=str(ctx.host.path(KUBELET_CLIENT_CERT)))
+
+    kubelets_client_of = client_of  # the kubelet's own certificate, as it asks now
 
     def ready_client(self, ctx):
         """A client per attempt: the certificate appears (TLS bootstrap) and changes

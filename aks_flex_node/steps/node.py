@@ -5,13 +5,16 @@ Arc identity, the kubelet's own certificate in the TLS bootstrap modes), never a
 credential: what we check is exactly what the kubelet will be able to do.
 """
 
+import dataclasses
+from typing import Optional
+
 from aks_flex_node import kube
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.step import ACTIVATE, IDENTITY, Plan, Step, restart
 from aks_flex_node.engine.undo import Leftover
-from aks_flex_node.errors import TemporaryError
+from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.kube import drain
-from aks_flex_node.steps import kubelet_auth, kubernetes
+from aks_flex_node.steps import cloud_reads, kubelet_auth, kubernetes
 from aks_flex_node.steps.arc import ArcModeOnly
 from aks_flex_node.steps.kinds import Kind
 
@@ -33,6 +36,53 @@ def identity_authorized(client, node_name):
         return False
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeSeen:
+    """The Node as the node read it at the start of a full pass (steps/cloud_reads.py): from
+    the API server `server` its kubelet's kubeconfig names, trusting `ca_pem`; `refused`
+    when the API server refused the identity (401/403: `error`), `error` too when the read
+    failed otherwise."""
+
+    server: str
+    ca_pem: bytes
+    node: Optional[dict]
+    refused: bool = False
+    error: Optional[FlexNodeError] = None
+
+
+def read_node_seen(ctx):
+    """NodeSeen, or None when this node has no kubeconfig yet (a first join)."""
+    auth = kubelet_auth.for_mode(ctx.mode)
+    try:
+        server, ca_pem = kubelet_auth.api_server_of(ctx.host, auth)
+    except FlexNodeError:
+        return None
+    try:
+        client = auth.kubelets_client_of(ctx, server, ca_pem)  # as the kubelet asks (its token, or certificate)
+        return NodeSeen(server, ca_pem, client.get_node(ctx.config.machine_name))
+    except (kube.Unauthorized, kube.Forbidden) as err:
+        return NodeSeen(server, ca_pem, None, refused=True, error=err)
+    except FlexNodeError as err:
+        return NodeSeen(server, ca_pem, None, error=err)
+
+
+def node_seen(ctx):
+    """The run's shared Node read when nothing has changed since it was made (ctx.applied: an
+    arc phase that reconnected would have changed the identity under it) and it asked the API
+    server and CA the credentials phase found (ctx.data.server, ca_pem); else None: the
+    caller reads for itself."""
+    if ctx.applied or ctx.data.server is None:
+        return None
+    seen = cloud_reads.node(ctx)
+    if seen is None or (seen.server, seen.ca_pem) != (ctx.data.server, ctx.data.ca_pem):
+        return None
+    return seen
+
+
+def start_node_read(ctx):
+    cloud_reads.start_node(ctx, lambda: read_node_seen(ctx))
+
+
 class PropagationStep(ArcModeOnly, Step):
     name = "rbac-propagation"
     help = "wait until the API server accepts the Arc identity (checked, not slept)"
@@ -40,14 +90,21 @@ class PropagationStep(ArcModeOnly, Step):
     needs = ("roles", "credentials")
     full_pass_only = True
 
+    def prefetch(self, ctx):
+        start_node_read(ctx)
+
     def check(self, ctx):
         plan = Plan()
         if not ctx.data.principal_id:
             plan.add("wait for the role assignments to take effect", "the identity is new",
                      lambda: self._wait(ctx))
             return plan
-        client = kube_client(ctx)
-        if identity_authorized(client, ctx.config.machine_name):
+        seen = node_seen(ctx)  # the run's shared read of the Node, as the node
+        if seen is not None and seen.error is not None and not seen.refused:
+            raise seen.error
+        authorized = (not seen.refused) if seen is not None else identity_authorized(
+            kube_client(ctx), ctx.config.machine_name)
+        if authorized:
             plan.noop_reason = "the API server authorizes the node's identity"
             return plan
         plan.add("wait for the role assignments to take effect",
@@ -76,13 +133,21 @@ class NodeReadyStep(Step):
     needs = ("services", "kubelet-upgrade")
     cloud = True  # its undo deletes the Node object from the cluster
 
+    def prefetch(self, ctx):
+        start_node_read(ctx)
+
     def check(self, ctx):
         plan = Plan()
         name = ctx.config.machine_name
         auth = kubelet_auth.for_mode(ctx.mode)
         # Without an identity (a dry run on a new node) there is nobody to ask as.
         if ctx.data.server and auth.has_identity(ctx):
-            node = auth.client(ctx).get_node(name)
+            # Read at the start of the run with rbac-propagation's (steps/cloud_reads.py) when
+            # nothing has changed since; else now.
+            seen = node_seen(ctx)
+            if seen is not None and seen.error is not None:
+                raise seen.error
+            node = seen.node if seen is not None else auth.client(ctx).get_node(name)
             ctx.data.node_read = node
             if node is not None:
                 ctx.adopt(self.name, Kind.NODE, name, **auth.record)

@@ -4,6 +4,7 @@ import collections
 
 from aks_flex_node.azure import roles
 from aks_flex_node.engine.step import IDENTITY, Plan, Step
+from aks_flex_node.steps import cloud_reads
 from aks_flex_node.steps.arc import ArcModeOnly
 from aks_flex_node.steps.kinds import Kind
 
@@ -23,9 +24,10 @@ class RolesStep(ArcModeOnly, Step):
     cloud = True
     full_pass_only = True
 
-    def check(self, ctx):
-        from aks_flex_node.azure import rbac
+    def prefetch(self, ctx):
+        cloud_reads.start_assignments(ctx, [r.scope for r in wanted_roles(ctx.config)])
 
+    def check(self, ctx):
         cfg, plan = ctx.config, Plan()
         wanted = wanted_roles(cfg)
         principal = ctx.data.principal_id
@@ -33,10 +35,11 @@ class RolesStep(ArcModeOnly, Step):
             plan.add(f"assign {len(wanted)} role(s) ({cfg.role_preset} preset) to the Arc identity",
                      "the machine has no identity yet", lambda: self._assign(ctx, wanted))
             return plan
-        clients = ctx.azure.clients
         have = set()
         for scope in {r.scope for r in wanted}:
-            for assignment in rbac.assignments_for(clients, scope, principal):
+            # Read with the machine by the run's shared read (steps/cloud_reads.py) when it
+            # was for this principal; else read now.
+            for assignment in cloud_reads.assignments(ctx, principal, scope):
                 have.add((assignment.scope.lower(), assignment.role_guid.lower()))
                 self._adopt(ctx, assignment, principal)
         missing = [r for r in wanted if (r.scope.lower(), r.role_guid.lower()) not in have]

@@ -5,7 +5,9 @@ architectures artifacts.py installs for, the modules system.py loads, the API se
 kubelet_auth.py finds); `aks-flex-node preflight` runs the same checks on their own.
 """
 
+from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.step import INSTALL, Plan, Step
+from aks_flex_node.steps import cloud_reads
 from aks_flex_node.steps.preflight import checks
 
 
@@ -14,6 +16,10 @@ class PreflightStep(Step):
     help = "check the machine and the network before changing anything"
     branch = INSTALL
     gathers_facts = False
+
+    def prefetch(self, ctx):
+        if ctx.mode is JoinMode.ARC:  # the arc-identity check's machine, shared with the arc phase
+            cloud_reads.start_machine(ctx)
 
     def check(self, ctx):
         results = checks.run_checks(ctx, ctx.options.ignore_preflight_errors)

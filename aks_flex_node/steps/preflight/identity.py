@@ -49,7 +49,7 @@ from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import FlexNodeError
 from aks_flex_node.host import careful_read
 from aks_flex_node.host.azcmagent import Azcmagent
-from aks_flex_node.steps import kubelet_auth
+from aks_flex_node.steps import cloud_reads, kubelet_auth
 
 MACHINE_ID_PATH = "/etc/machine-id"
 # machine-id(5): 32 lower-case hexadecimal characters and a newline; read a little more to
@@ -220,10 +220,9 @@ def _local_vm_id(ctx):
 
 
 def arc_identity_verdict(ctx):
-    from aks_flex_node.azure import arc
-
     cfg = ctx.config
-    machine = arc.get_machine(ctx.azure.clients, cfg.subscription_id, cfg.arc_resource_group, cfg.machine_name)
+    # The run's shared read (steps/cloud_reads.py): the arc phase takes the same answer.
+    machine = cloud_reads.machine(ctx)
     if machine is None or not machine.vm_id:
         return None
     ours = _local_vm_id(ctx)

@@ -1,0 +1,99 @@
+"""One shared cloud read per run (issue 30, steps/cloud_reads.py): a full pass asks each
+cloud answer once, and the reads that do not depend on one another go at once.
+
+The counts come from the emulator's request log; the "at once" from a gate: every ARM read
+of the run is held at the emulator until the test lets them go, and the test waits until all
+of them are held together, which only reads sent without waiting on one another can be (a
+read that waits on another's answer never arrives while that one is held). No test here
+times anything: the depth figure on the WAN profile is make bench's (tests/bench_wan.py).
+"""
+
+import subprocess
+import sys
+import time
+
+from tests.emulator import constants as C
+from tests.emulator import wan
+from tests.harness import MACHINE_NAME, REPO
+from tests.request_chains import chain_depth, describe, window
+from tests.waiting import wait_for
+
+ARC_MACHINE = f"/Microsoft.HybridCompute/machines/{MACHINE_NAME}"
+POOL_MACHINE = f"/agentPools/{C.FLEX_POOL}/machines/{MACHINE_NAME}"
+NODE = f"/api/v1/nodes/{MACHINE_NAME}"
+# The converged Arc-mode run's ARM reads that need only the operator's token: the cluster,
+# its user credential, the permissions at the cluster and at the Arc resource group, the Arc
+# machine. (The role assignments wait for the machine: they are read for its principal.)
+INDEPENDENT_ARM_READS = 5
+SLOW = 0.5  # seconds every service takes to answer in the depth test
+
+
+def run_requests(emu, since):
+    """A run's requests: not the test's admin calls, nor the kubelet stand-in's own (the bench
+    counts the same: tests/bench_wan.py run_requests)."""
+    return [r for r in window(emu.requests(), since)
+            if r["server"] != "admin" and not (r.get("user_agent") or "").startswith("kubelet/")]
+
+
+def converged(node):
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    node.emu.admin("DELETE", "requests")
+
+
+def gets(node, server, path_end):
+    return [r for r in node.emu.requests(server=server, method="GET") if r["path"].endswith(path_end)]
+
+
+def test_a_converged_run_reads_each_cloud_answer_once(node):
+    """Preflight's arc-identity check and the arc phase take one read of the Arc machine;
+    rbac-propagation and node-ready one read of the Node, as the node."""
+    converged(node)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0 and not any(p["changes"] for p in summary["phases"]), proc.stderr
+    assert len(gets(node, "arm", ARC_MACHINE)) == 1, describe(node.emu.requests())
+    assert len(gets(node, "apiserver", NODE)) == 1, describe(node.emu.requests())
+    assert len(gets(node, "arm", "/roleAssignments")) == 1
+    assert len(node.emu.requests(server="entra", method="POST")) == 1
+
+
+def test_the_independent_reads_of_a_converged_run_go_at_once(node):
+    converged(node)
+    before = node.emu.state()["fault_hits"]
+    node.emu.faults([{"match": {"server": "arm"}, "hold": True}])
+    proc = subprocess.Popen([sys.executable, "-m", "aks_flex_node", "bootstrap", "--root", node.root], env=node.env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        held = wait_for(lambda: node.emu.state()["fault_hits"] - before >= INDEPENDENT_ARM_READS, 120)
+        assert held, f"only {node.emu.state()['fault_hits'] - before} ARM read(s) in flight at once"
+    finally:
+        node.emu.clear_faults()
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+
+
+def test_a_converged_re_run_waits_on_at_most_four_answers_in_a_row(node):
+    """The depth of a converged re-run (tests/request_chains.py): Entra's discovery, the
+    token, every ARM read and the Node at once, then the role assignments of the machine's
+    principal. Every service answers SLOW s late here, so that requests sent together
+    overlap however slowly this machine runs the threads that send them: a request that
+    waits on another's answer comes after it whatever the load, one sent beside it does
+    not unless the machine stalls a whole SLOW."""
+    converged(node)
+    node.emu.settings(**{setting: SLOW for setting in wan.RTT_SETTINGS.values()})
+    since = time.time()
+    proc = node.cli("bootstrap")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    depth, path = chain_depth(run_requests(node.emu, since))
+    assert depth <= 4, describe(path)
+
+
+def test_an_agent_pool_pass_reads_its_machine_once(pool_node):
+    """pool_follow.observe reads the Machine for its decision; the run's machine phase takes
+    that answer instead of reading it again."""
+    node = pool_node
+    node.emu.settings(rbac_propagation_delay=0)
+    converged(node)
+    proc = node.cli("agent", "--once")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(gets(node, "arm", POOL_MACHINE)) == 1, describe(node.emu.requests())
