@@ -25,6 +25,7 @@ NODE = f"/api/v1/nodes/{MACHINE_NAME}"
 # its user credential, the permissions at the cluster and at the Arc resource group, the Arc
 # machine. (The role assignments wait for the machine: they are read for its principal.)
 INDEPENDENT_ARM_READS = 5
+MACHINE_ID = "5f2b0c7e9a1d4e3f8b6a2c1d0e9f8a7b"
 SLOW = 0.5  # seconds every service takes to answer in the depth test
 
 
@@ -42,12 +43,17 @@ def converged(node):
 
 
 def gets(node, server, path_end):
-    return [r for r in node.emu.requests(server=server, method="GET") if r["path"].endswith(path_end)]
+    """The run's GETs of `path_end` (not the kubelet stand-in's own)."""
+    return [r for r in node.emu.requests(server=server, method="GET") if r["path"].endswith(path_end)
+            and not (r.get("user_agent") or "").startswith("kubelet/")]
 
 
 def test_a_converged_run_reads_each_cloud_answer_once(node):
     """Preflight's arc-identity check and the arc phase take one read of the Arc machine;
-    rbac-propagation and node-ready one read of the Node, as the node."""
+    preflight's node-identity check, rbac-propagation and node-ready one read of the Node, as
+    the kubelet asks (with the token it holds: no HIMDS exchange)."""
+    with open(node.path("/etc/machine-id"), "w") as f:  # node-identity compares it with the Node's
+        f.write(MACHINE_ID + "\n")
     converged(node)
     proc, summary = node.cli_json("bootstrap")
     assert proc.returncode == 0 and not any(p["changes"] for p in summary["phases"]), proc.stderr
@@ -55,6 +61,8 @@ def test_a_converged_run_reads_each_cloud_answer_once(node):
     assert len(gets(node, "apiserver", NODE)) == 1, describe(node.emu.requests())
     assert len(gets(node, "arm", "/roleAssignments")) == 1
     assert len(node.emu.requests(server="entra", method="POST")) == 1
+    # HIMDS: preflight's reachability probe alone, no token exchange.
+    assert len(node.emu.requests(server="himds")) == 1, describe(node.emu.requests(server="himds"))
 
 
 def test_the_independent_reads_of_a_converged_run_go_at_once(node):

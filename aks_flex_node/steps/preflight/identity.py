@@ -184,6 +184,18 @@ def node_claim(node, ours):
     return "ready" if kube.is_ready(node) else "stale"
 
 
+def _node_of(ctx, client, name):
+    """The Node `name` as `client` reads it: the run's shared read (steps/node.py NodeSeen,
+    steps/cloud_reads.py) when it asked the same API server, which rbac-propagation and
+    node-ready take too, else read now. What the read raised is raised here."""
+    seen = cloud_reads.node(ctx)
+    if seen is None or seen.server.rstrip("/") != client.server:
+        return client.get_node(name)
+    if seen.error is not None:
+        raise seen.error
+    return seen.node
+
+
 def node_identity_verdict(ctx):
     name = ctx.config.machine_name
     mid = read_machine_id(ctx.host)
@@ -193,7 +205,7 @@ def node_identity_verdict(ctx):
     if client is None:
         return None
     try:
-        node = client.get_node(name)
+        node = _node_of(ctx, client, name)
     except (kube.Forbidden, kube.Unauthorized):
         return None  # this credential may not read Nodes (a bootstrap token on AKS): unknown
     if node is None:
