@@ -1,6 +1,6 @@
 """Issue 29 in a booted machine: a node with a fake NVIDIA GPU joins through the package
-(gpu = auto), and the real containerd 2.x starts with the config we generate, runs a pod
-sandbox through NVIDIA's runtime, and gets its own config back at unbootstrap.
+(gpu = auto), and the real containerd 2.x starts with the config we generate, hands a pod
+sandbox to NVIDIA's runtime, and the operator's config is back after unbootstrap.
 
 The machine's side, as the kernel and NVIDIA's tools show it:
 - the PCI bus: /sys/bus/pci/devices is a prepared tree bound read-only over the node's
@@ -22,10 +22,11 @@ The machine's side, as the kernel and NVIDIA's tools show it:
   prints one line per GPU, values separated by ", "; nvidia-ctk's cmd/nvidia-ctk/main.go
   prints "NVIDIA Container Toolkit CLI version X" then the commit);
 - /usr/bin/nvidia-container-runtime: a stand-in that appends its arguments to a log and
-  execs runc with them. The real one is a thin wrapper around runc too (NVIDIA/
-  nvidia-container-toolkit, cmd/nvidia-container-runtime/README.md: it adds NVIDIA's hook
-  to a container that asks for GPUs, then hands every command to runc), so every
-  container, the pause sandbox first, really runs through the configured runtime.
+  execs runc with them. The real one is a shim over runc too (NVIDIA/
+  nvidia-container-toolkit, cmd/nvidia-container-runtime/README.md: on `create` it adds
+  its prestart hook to the OCI spec, which gives GPUs to a container that asks for them,
+  and forwards every command to runc), so every container, the pause sandbox first, goes
+  through the configured runtime.
 
 containerd is Debian forky's 2.1.9 (tests/e2e/containerd2.py), repacked as the release
 tarball; runc and the CNI plugins are the node's release's own. The pause image is built
