@@ -31,8 +31,6 @@ import dataclasses
 import logging
 from typing import Optional
 
-from aks_flex_node.azure import agentpool
-from aks_flex_node.azure.session import AzureSession
 from aks_flex_node.cloud_values import BadCloudValue
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import AuthError, FlexNodeError
@@ -203,6 +201,12 @@ def _read_node(cfg, host):
 
 def _read_machine(cfg, host):
     """(machine or None, error or None), with the node's own identity."""
+    # The Azure SDK comes only with the Machine read: a local pass reads the Node alone, and
+    # importing the SDK in its forked child was most of that pass's CPU (make bench: agent
+    # CPU per hour).
+    from aks_flex_node.azure import agentpool
+    from aks_flex_node.azure.session import AzureSession
+
     session = None
     try:
         session = AzureSession.from_config(cfg, host)

@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import re
 
+from aks_flex_node import x509_validity
 from aks_flex_node.host import careful_read
 from aks_flex_node.steps.kubelet_paths import BOOTSTRAP_KUBECONFIG, CA_PATH, KUBELET_CLIENT_CERT
 from aks_flex_node.words import WordEnum
@@ -111,27 +112,19 @@ def _certificate(host, kind, source, *, renewable, pick):
         if unsafe.code == "absent":
             return Lifetime(kind, source, Found.ABSENT, renewable=renewable)
         return unknown(f"{source}: {unsafe.why}")
-    # python3-cryptography is loaded here, not at the top: operations.py imports this
-    # module, and a run that asks Azure nothing loads no SDK (tests/unit/test_function_imports.py).
-    from cryptography import x509
-
     blocks = _CERTIFICATE_BLOCK.findall(data)
     if not blocks:
         return unknown(f"{source}: no CERTIFICATE PEM block in it")
     expiries = []
     for number, block in enumerate(blocks, 1):
         try:
-            expiries.append(_not_after(x509.load_pem_x509_certificate(block)))
+            # The standard library's reading, not python3-cryptography's: every agent pass
+            # reports these, and importing cryptography was a quarter of a local pass's CPU
+            # (x509_validity.py).
+            expiries.append(x509_validity.not_after(block))
         except ValueError:
             return unknown(f"{source}: certificate {number} of {len(blocks)} does not parse as X.509")
     return Lifetime(kind, source, Found.KNOWN, not_after=pick(expiries), renewable=renewable)
-
-
-def _not_after(cert):
-    expiry = getattr(cert, "not_valid_after_utc", None)  # cryptography >= 42
-    if expiry is None:  # Debian 12's 38.x: a naive datetime in UTC
-        expiry = cert.not_valid_after.replace(tzinfo=datetime.timezone.utc)
-    return expiry
 
 
 def _first(expiries):

@@ -132,8 +132,6 @@ def _pool_facts(ctx):
     """Agent-pool mode: the pool's bootstrap data, asked for (which mints a token) on an
     operator's run, on a first join, or when the kubelet needs a token and the one it was
     given no longer works; else as the last full run recorded it. Returns where it came from."""
-    from aks_flex_node.azure import agentpool
-
     cfg, data = ctx.operator_config, ctx.data
     fetch = not ctx.local_only and (data.pool_values is None or ctx.options.refresh_pool)
     if not fetch:
@@ -154,6 +152,10 @@ def _pool_facts(ctx):
             fetch = data.bootstrap_token is None
     if not fetch:
         return f"pool {cfg.agent_pool} of {cfg.cluster.name} (as the last full run read it)"
+    # The SDK only for the call: the agent's local pass, a forked child every minute, comes
+    # this way too and must not import it to read nothing (make bench: agent CPU per hour).
+    from aks_flex_node.azure import agentpool
+
     fetched = agentpool.list_bootstrap_data(ctx.azure.clients, cfg.cluster, cfg.agent_pool)
     data.pool_values, data.server, data.ca_pem = dict(fetched.values), fetched.server, fetched.ca_pem
     data.bootstrap_token = fetched.token

@@ -69,6 +69,8 @@ LIGHT_PATHS = {
                                      third_party(SDK)),
     "aks_flex_node.operations": ("a run that asks Azure nothing (the agent's local passes, a converged agent-pool "
                                  "node)", third_party(SDK)),
+    "aks_flex_node.pool_follow": ("the agent's local pass in agent-pool mode: it reads the Node, the Machine only "
+                                  "on a full pass (make bench: agent CPU per hour)", third_party(SDK)),
     "aks_flex_node.lifecycle": ("`status` (it reads status.json and the pending mark: no run, no step)",
                                 third_party(SDK, ("aks_flex_node.operations", "aks_flex_node.steps.workflow"))),
 }
