@@ -238,10 +238,10 @@ def boot_node(base_root, fresh_emulator, request):
     reach_mirror=False: the artifact mirror's port is not forwarded (a node that installs
     from a file:// mirror). binds: more (host path, node path, read_only) bind mounts.
     mirror: the artifact mirror the node is given (its digests, its port), by default the
-    `mirror` fixture's."""
+    `mirror` fixture's. system_calls: more system calls for the container (container.Container)."""
 
     def boot(repo, private_network=True, before_boot=None, hostname="e2e-node", add_repository=True,
-             extra_ports=(), reach_mirror=True, binds=(), mirror=None):
+             extra_ports=(), reach_mirror=True, binds=(), mirror=None, system_calls=()):
         served = mirror or request.getfixturevalue("mirror")
         digests = served.digests()
 
@@ -251,7 +251,7 @@ def boot_node(base_root, fresh_emulator, request):
             if before_boot:
                 before_boot(box)
 
-        options = {"hostname": hostname, "before_boot": prepare}
+        options = {"hostname": hostname, "before_boot": prepare, "system_calls": system_calls}
         if private_network:
             options.update(private_network=True,
                            forward_ports=[*emulator_ports(fresh_emulator, served if reach_mirror else None),

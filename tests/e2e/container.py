@@ -431,10 +431,13 @@ class Container:
     private_network: a network namespace of its own (see the module docstring), into which
     each host port of `forward_ports` is forwarded; expose() reaches its ports from the host.
     before_boot(container) runs once the overlay is mounted, before systemd starts (files a
-    first boot reads: a cloud-init seed, an unmasked unit)."""
+    first boot reads: a cloud-init seed, an unmasked unit).
+    system_calls: system calls (or @groups) nspawn's seccomp filter is to let through besides
+    its default allow list (systemd-nspawn(1), --system-call-filter), for a node that runs
+    containers (runc: @keyring, bpf)."""
 
     def __init__(self, base, run_dir, name="aks-e2e", binds=(), hostname="e2e-node", private_network=False,
-                 forward_ports=(), before_boot=None):
+                 forward_ports=(), before_boot=None, system_calls=()):
         self.base = pathlib.Path(base)
         self.run_dir = pathlib.Path(run_dir)
         self.name = name
@@ -443,6 +446,7 @@ class Container:
         self.netns = NetNamespace(netns_name(self.run_dir)) if private_network else None
         self.forward_ports = tuple(forward_ports)
         self.before_boot = before_boot
+        self.system_calls = tuple(system_calls)
         self.root = self.run_dir / "merged"
         self.log_path = self.run_dir / "nspawn.log"
         self.process = None
@@ -501,7 +505,8 @@ class Container:
         # CAP_NET_ADMIN: nspawn keeps it only with a private network, and a machine's root
         # (so the agent service, which applies the node's net.* sysctls) has it.
         argv = ["systemd-nspawn", "-D", str(self.root), "--boot", "--register=no", "--keep-unit",
-                f"--machine={self.name}", "--console=passive", "--capability=CAP_NET_ADMIN"]
+                f"--machine={self.name}", "--console=passive", "--capability=CAP_NET_ADMIN",
+                *([f"--system-call-filter={' '.join(self.system_calls)}"] if self.system_calls else [])]
         for host_path, container_path, read_only in self.binds:
             argv.append(f"--bind{'-ro' if read_only else ''}={host_path}:{container_path}")
         if self.netns:
