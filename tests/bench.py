@@ -37,6 +37,8 @@ checked against the tarball's before the figure counts. Then the
 same on a fresh node whose transfer the mirror cuts at half (the truncate fault, once): the
 bytes the mirror sent in all, and the Range header of each GET.
 
+`python3 -m tests.bench converged` measures the converged re-run alone (converged_main).
+
 The agent's memory: `aks-flex-node agent` on the joined node, its VmRSS read from /proc while
 it waits between passes (after its first, full pass and after a local one).
 """
@@ -479,5 +481,43 @@ def main():
     return 0
 
 
+CONVERGED_RUNS = 5
+
+
+def converged_main():
+    """`python3 -m tests.bench converged`: the converged re-run alone (about a minute, not
+    make bench's five): a node joined on loopback, then re-run CONVERGED_RUNS times on
+    loopback and CONVERGED_RUNS times with the WAN profile's round trips (wan.RTT_SETTINGS;
+    its RBAC and Arc connect waits are the join's, not a converged run's); the median wall
+    time of the whole process, and the last run's request count, chain depth, chain and
+    slowest phases. As noisy as the machine it runs on: say so beside any figure."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="aks-flex-node-bench-converged-"))
+    emu = start_emulator(base / "emulator")
+    try:
+        node = scratch_node(emu, base / "converged")
+        timed_json(node, "bootstrap")
+        rtts = {setting: bench_wan.wan.BENCH[setting] for setting in bench_wan.wan.RTT_SETTINGS.values()}
+        for label, settings in (("loopback", dict.fromkeys(rtts, 0.0)), ("WAN profile's round trips", rtts)):
+            emu.settings(**settings)
+            walls = []
+            for _ in range(CONVERGED_RUNS):
+                since = time.time()
+                wall, summary = timed_json(node, "bootstrap")
+                walls.append(wall)
+                figures = bench_wan.chain_figures(emu, since)
+            print(f"\nconverged re-run, {label} (load average {os.getloadavg()[0]:.1f}):")
+            row(f"median of {CONVERGED_RUNS} (whole process)", statistics.median(walls), " s",
+                goal_key="converged re-run (s)")
+            print("    runs " + ", ".join(f"{w:.2f}" for w in walls) + f" s; runner {summary['duration_s']:.2f} s; "
+                  "slowest phases: " + ", ".join(f"{n} {d:.2f}" for n, d in sorted(
+                      durations(summary).items(), key=lambda kv: -kv[1])[:4]))
+            print(bench_wan.chain_line(figures))
+            bench_wan.print_chain(figures)
+    finally:
+        stop_fake_units(base / "converged" / "fake-state")
+        emu.stop()
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(converged_main() if sys.argv[1:] == ["converged"] else main())

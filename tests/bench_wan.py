@@ -337,15 +337,17 @@ def report_converged(wall, figures):
     row("WAN converged re-run depth", figures["depth"], "", "WAN converged re-run depth", fmt="8d")
     print(chain_line(figures))
     print_chain(figures)
-    if figures["depth"] > GOALS["WAN converged re-run depth"] or wall > GOALS["WAN converged re-run (s)"]:
-        again = figures["repeats"]
-        print(f"    why not: the converged run walks the step graph (preflight, then cluster -> arc -> roles -> "
-              f"rbac-propagation -> node-ready, each deciding from the reads before it), and an Entra token "
-              f"needs its discovery document first: {figures['depth']} round trips one after the other, "
-              f"{figures['floor']:.2f} s of WAN however fast the rest. {len(again)} of them repeat an earlier "
-              "link (" + ", ".join(describe(again)) + "): each step reads for itself. Depth 4 (token, then every "
-              "ARM read at once, then the API server) needs a converged check that reads the cloud once, "
-              "in parallel, and shares it between steps: a change to the runner and its steps, not a small one")
+    if figures["depth"] > GOALS["WAN converged re-run depth"]:
+        print(f"    why not: the run's own order is 4 answers in a row (steps/cloud_reads.py: Entra's discovery, "
+              f"the token, the ARM reads and the Node at once, the role assignments of the machine's principal; "
+              f"tests/integration/test_cloud_reads.py holds it); {figures['depth']} means a request sent beside "
+              "them began only after another had ended (a preflight probe, or the Node read, delayed by a busy "
+              "CPU): the chain counts any request that starts after another's answer")
+    if wall > GOALS["WAN converged re-run (s)"]:
+        print(f"    why not: {figures['floor']:.2f} s of it is the chain's round trips; the rest is this process's "
+              "CPU: the interpreter and our imports, the Azure SDK's import and its clients (made while the token "
+              "is on its way), preflight's host checks and the host-command stand-ins (Python scripts here): "
+              "`python3 -m tests.bench converged` shows the run's phases")
 
 
 def report_agent_pass(wall, figures):

@@ -50,8 +50,8 @@ def gets(node, server, path_end):
 
 def test_a_converged_run_reads_each_cloud_answer_once(node):
     """Preflight's arc-identity check and the arc phase take one read of the Arc machine;
-    preflight's node-identity check, rbac-propagation and node-ready one read of the Node, as
-    the kubelet asks (with the token it holds: no HIMDS exchange)."""
+    preflight's node-identity and cluster-api checks, rbac-propagation and node-ready one read
+    of the Node, as the kubelet asks (with the token it holds: no HIMDS exchange)."""
     with open(node.path("/etc/machine-id"), "w") as f:  # node-identity compares it with the Node's
         f.write(MACHINE_ID + "\n")
     converged(node)
@@ -61,6 +61,8 @@ def test_a_converged_run_reads_each_cloud_answer_once(node):
     assert len(gets(node, "apiserver", NODE)) == 1, describe(node.emu.requests())
     assert len(gets(node, "arm", "/roleAssignments")) == 1
     assert len(node.emu.requests(server="entra", method="POST")) == 1
+    # The API server answered that read: preflight's cluster-api check sends no probe of its own.
+    assert not gets(node, "apiserver", "/readyz")
     # HIMDS: preflight's reachability probe alone, no token exchange.
     assert len(node.emu.requests(server="himds")) == 1, describe(node.emu.requests(server="himds"))
 

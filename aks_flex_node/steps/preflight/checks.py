@@ -16,7 +16,7 @@ from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.errors import FlexNodeError, PreflightError, TemporaryError, UsageError
 from aks_flex_node.host.kernel import Unknown
 from aks_flex_node.http_policy import DIRECT, ProxySettingError
-from aks_flex_node.steps import gpu, kubelet_auth
+from aks_flex_node.steps import cloud_reads, gpu, kubelet_auth
 from aks_flex_node.steps.artifacts import ARCHES, node_arch
 from aks_flex_node.steps.kinds import Kind
 from aks_flex_node.steps.kubelet_paths import CA_PATH
@@ -248,6 +248,8 @@ def check_cluster_api(ctx):
         except FlexNodeError:
             return None  # not known before the credentials phase; it is checked there
         ca_file = CA_PATH
+    if _api_server_answered(ctx, server, ca_file):
+        return None
     # The CA's real path is handed to ssl, which opens it itself.
     endpoint = egress.api_server(server)
     failure = egress.reachable(ctx, endpoint.url, cafile=ctx.host.path(ca_file) if ctx.host.exists(ca_file) else None)
@@ -261,6 +263,20 @@ def check_cluster_api(ctx):
                        "credentials renewed (docs/operations.md, CA rotation)")
     if failure:
         return Finding(*egress.verdict(endpoint, failure, ctx.http_policy))
+
+
+def _api_server_answered(ctx, server, ca_file):
+    """Whether the run's shared read of the Node (steps/cloud_reads.py, steps/node.py) had an
+    answer from `server` (its Node, or a refusal of the credential: an answer all the same)
+    over TLS verified by the CA `ca_file` holds: then the API server is reachable, and no
+    probe of its own is sent. Anything else (no such read, another server or CA, a read that
+    failed) leaves it to the probe, whose verdict says why."""
+    seen = cloud_reads.node(ctx)
+    if seen is None or seen.server.rstrip("/") != server.rstrip("/"):
+        return False
+    if seen.error is not None and not seen.refused:
+        return False
+    return ctx.host.read_bytes(ca_file) == seen.ca_pem
 
 
 def check_agent_pool(ctx):
