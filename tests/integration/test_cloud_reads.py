@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.emulator import constants as C
 from tests.emulator import wan
 from tests.harness import MACHINE_NAME, REPO
@@ -107,3 +109,34 @@ def test_an_agent_pool_pass_reads_its_machine_once(pool_node):
     proc = node.cli("agent", "--once")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(gets(node, "arm", POOL_MACHINE)) == 1, describe(node.emu.requests())
+
+
+# What ARM answers (a fault rule's match), the phase that must fail, its error code and the
+# exit code: as when each step read for itself (the same test passes on the code before the
+# shared read). A 403 is not retried, a 404 neither: no test here waits out a backoff.
+FAILED_READS = [
+    ({"method": "GET", "path_regex": r"managedClusters/[^/]+$"}, 404, "cluster", "cluster_not_found", 1),
+    ({"method": "GET", "path_regex": r"/roleAssignments$"}, 403, "roles", "forbidden", 4),
+    ({"method": "GET", "path_regex": r"HybridCompute/machines/[^/]+$"}, 403, "arc", "forbidden", 4),
+]
+
+
+@pytest.mark.parametrize("match, status, phase, code, exit_code", FAILED_READS,
+                         ids=[f[2] for f in FAILED_READS])
+def test_a_read_that_fails_fails_the_phase_that_asks_for_it(node, match, status, phase, code, exit_code):
+    converged(node)
+    node.emu.faults([{"match": dict(match, server="arm"), "respond": {
+        "status": status, "body": {"error": {"code": "Injected", "message": "injected by the test"}}}}])
+    proc, summary = node.cli_json("bootstrap")
+    node.emu.clear_faults()
+    failed = [p["name"] for p in summary["phases"] if p["status"] == "failed"]
+    assert (proc.returncode, failed, summary["error"]["error"]) == (exit_code, [phase], code), proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--sequential", "--dry-run"])
+def test_a_sequential_or_dry_run_on_a_converged_node_changes_nothing(node, flag):
+    converged(node)
+    proc, summary = node.cli_json("bootstrap", flag)
+    assert proc.returncode == 0, proc.stderr
+    assert not [p["name"] for p in summary["phases"] if p["changes"]]
+    assert {p["status"] for p in summary["phases"]} <= {"unchanged", "skipped"}, summary["phases"]
