@@ -24,6 +24,11 @@ stopped in preflight) is left to finish on its own thread, which never holds the
 and every operator run reads the cluster and the permissions again.
 
 Nothing is started:
+- on a node that has not joined yet (the ledger's `joined` is empty): a first join, which
+  the agent retries while it is pending, asks Azure nothing until preflight has passed, as
+  before; a fleet of pending nodes retrying would otherwise spend ARM's read budget (per
+  principal and per subscription: Learn, "Understand how Azure Resource Manager throttles
+  requests") on joins that stop in preflight. A join waits far longer on other things;
 - in a `--sequential` run (one step at a time, each reading for itself: the upstream
   agent's way, kept for comparison), nor in a local pass (full_pass_only steps, run_if);
 - when preflight's proxy check would refuse the run's proxy settings: no request goes
@@ -87,7 +92,7 @@ class CloudReads:
 def _reads(ctx):
     """This run's CloudReads, or None when nothing may be started (see the module's docstring)."""
     reads = getattr(ctx, "reads", None)
-    if reads is None or ctx.local_only:
+    if reads is None or ctx.local_only or ctx.ledger is None or not ctx.ledger.joined:
         return None
     try:
         policy = ctx.http_policy

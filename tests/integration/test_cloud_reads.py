@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from tests import harness
 from tests.emulator import constants as C
 from tests.emulator import wan
 from tests.harness import MACHINE_NAME, REPO
@@ -140,3 +141,17 @@ def test_a_sequential_or_dry_run_on_a_converged_node_changes_nothing(node, flag)
     assert proc.returncode == 0, proc.stderr
     assert not [p["name"] for p in summary["phases"] if p["changes"]]
     assert {p["status"] for p in summary["phases"]} <= {"unchanged", "skipped"}, summary["phases"]
+
+
+def test_a_first_join_that_fails_preflight_reads_nothing_more_from_azure(node):
+    """The shared read starts only on a node that has joined before: a first join, which the
+    agent retries while it is pending, asks ARM nothing but preflight's own arc-identity read
+    until preflight has passed (a fleet of pending nodes would otherwise spend ARM's read
+    budget on every attempt)."""
+    harness.write_config(node.root, node.emu, node.wrapper, extra={"azcmagent": "/opt/nowhere/azcmagent"})
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # preflight: the Arc agent is not installed
+    assert [p["status"] for p in summary["phases"] if p["name"] == "preflight"] == ["failed"]
+    arm = node.emu.requests(server="arm")
+    assert [r for r in arm if not r["path"].endswith(ARC_MACHINE)] == [], describe(arm)
+    assert node.emu.requests(server="apiserver") == []
