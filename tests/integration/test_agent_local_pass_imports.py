@@ -22,8 +22,10 @@ from tests.harness import REPO
 from tests.waiting import wait_for
 
 PASS_MARK = "aks_flex_node.operations"  # imported once by every pass's child
-# Top-level packages a local pass must not load, by join mode (the module doc says why).
-NOT_LOCAL = {"arc": ("azure", "msal", "cryptography"), "agent-pool": ("azure", "msal")}
+# Top-level packages a local pass must not load, by join mode (the module doc says why), and
+# preflight's checks: a local pass skips that phase (operations.py).
+PREFLIGHT = "aks_flex_node.steps.preflight.checks"
+NOT_LOCAL = {"arc": ("azure", "msal", "cryptography", PREFLIGHT), "agent-pool": ("azure", "msal", PREFLIGHT)}
 
 
 def _imported(stderr):

@@ -68,7 +68,11 @@ LIGHT_PATHS = {
                                      "needs no Azure (agent-pool tokens, unbootstrap of a Kubernetes-only node)",
                                      third_party(SDK)),
     "aks_flex_node.operations": ("a run that asks Azure nothing (the agent's local passes, a converged agent-pool "
-                                 "node)", third_party(SDK)),
+                                 "node), and the agent's local pass, which skips preflight (make bench: agent CPU "
+                                 "per hour)", third_party(SDK, ("aks_flex_node.steps.preflight.checks",))),
+    "aks_flex_node.steps.preflight.checks": ("preflight (its command, a run's first phase): a check loads the SDK "
+                                             "only when it runs, and Arc mode's checks never the agent pool's",
+                                             third_party(SDK)),
     "aks_flex_node.pool_follow": ("the agent's local pass in agent-pool mode: it reads the Node, the Machine only "
                                   "on a full pass (make bench: agent CPU per hour)", third_party(SDK)),
     "aks_flex_node.lifecycle": ("`status` (it reads status.json and the pending mark: no run, no step)",

@@ -8,7 +8,6 @@ kubelet_auth.py finds); `aks-flex-node preflight` runs the same checks on their 
 from aks_flex_node.config.joinmode import JoinMode
 from aks_flex_node.engine.step import INSTALL, Plan, Step
 from aks_flex_node.steps import cloud_reads
-from aks_flex_node.steps.preflight import checks
 
 
 class PreflightStep(Step):
@@ -22,6 +21,11 @@ class PreflightStep(Step):
             cloud_reads.start_machine(ctx)
 
     def check(self, ctx):
+        # The checks (and the probes, platform and tar readers they bring) only when they run:
+        # the agent's local pass, a forked child every minute, skips this phase
+        # (operations.py) and must not import them to skip it (make bench: agent CPU per hour).
+        from aks_flex_node.steps.preflight import checks
+
         results = checks.run_checks(ctx, ctx.options.ignore_preflight_errors)
         ctx.data.preflight = results
         checks.raise_for(results)
