@@ -20,7 +20,7 @@ import datetime
 import json
 import time
 
-from aks_flex_node import kube, paths, token
+from aks_flex_node import cached_token, kube
 from aks_flex_node.azure import himds
 from aks_flex_node.errors import FlexNodeError, TemporaryError
 from aks_flex_node.steps import cluster_ca, tracked
@@ -154,13 +154,13 @@ def node_token(ctx):
 
 def kubelets_token(ctx):
     """The token the kubelet holds now: the cache `aks-flex-node token` keeps for it (read
-    only: token.TokenCache, a file we wrote, read carefully, its entry checked as HIMDS's
-    answer is) while it has TOKEN_MARGIN seconds left, else node_token's. Asking with it asks
+    only, by its own reader, cached_token.read: a file we wrote, read carefully, its entry
+    checked as HIMDS's answer is) while it has TOKEN_MARGIN seconds left, else node_token's. Asking with it asks
     exactly as the kubelet does, and costs no HIMDS exchange (two round trips, each one more
     link in the chain a converged run waits on: issue 30). Only for what a run reads before
     it changes anything: a run that reconnects the Arc agent changes the identity under it."""
     now = time.time()
-    found = token.TokenCache(str(ctx.host.path(paths.TOKEN_CACHE))).load(himds.AKS_RESOURCE, now)
+    found = cached_token.read(cached_token.cache_path(ctx.host.root), himds.AKS_RESOURCE, now)
     if found is not None and found.expires_on - now >= TOKEN_MARGIN:
         return found.access_token
     return node_token(ctx)

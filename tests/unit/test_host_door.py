@@ -37,9 +37,7 @@ KNOWN = {
     "maintainer/maintscript.py": 6,
     "steps/preflight/checks.py": 6,
     "steps/context.py": 1,  # the Downloader's cache directory
-    # the kubelet's certificate, for the kube client; its token cache, for token.TokenCache
-    # (which reads it by the careful read)
-    "steps/kubelet_auth.py": 2,
+    "steps/kubelet_auth.py": 1,  # the kubelet's certificate, for the kube client
     "strictmodes.py": 4,
     "token.py": 8,
 }
