@@ -375,9 +375,11 @@ def report_join(join, sequential, bound, fixed, path, weights, link, cold, seq_c
     row("WAN join / lower bound", join / bound, "x", "WAN join / lower bound")
 
 
-def report_converged(wall, figures):
-    print("\nconverged re-run on the WAN profile (whole process):")
+def report_converged(wall, figures, walls=()):
+    print("\nconverged re-run on the WAN profile (whole process" + (f", median of {len(walls)}" if walls else "") + "):")
     row("WAN converged re-run (s)", wall, " s", "WAN converged re-run (s)")
+    if walls:
+        print("    runs " + ", ".join(f"{w:.2f}" for w in walls) + " s; the chain below is the run of the median depth")
     row("WAN converged re-run depth", figures["depth"], "", "WAN converged re-run depth", fmt="8d")
     print(chain_line(figures))
     print_chain(figures)
