@@ -1,13 +1,16 @@
 """A loopback stand-in for Arc HIMDS (the token endpoint of the Connected Machine agent): the
 401 challenge with its key file, then tokens; faults on demand; every request recorded.
-Shared by tests/unit/test_himds.py, test_himds_retry.py and test_token.py."""
+Shared by tests/unit/test_himds.py, test_himds_retry.py, test_token.py and test_cached_token.py."""
 
+import contextlib
 import http.server
 import json
 import os
 import threading
 import time
 import urllib.parse
+
+NODE_KEY_DIR = "/var/opt/azcmagent/tokens"
 
 
 class HimdsStandIn:
@@ -88,3 +91,19 @@ class HimdsStandIn:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+
+
+@contextlib.contextmanager
+def himds_node(tmp_path, config_head=""):
+    """A node root (tmp_path/root) with the Arc agent's key directory and a config naming a
+    HIMDS stand-in, `config_head` before its [arc] section; yields the stand-in, its .root set.
+    HIMDS names the key by its path on the node (WWW-Authenticate: Basic realm=<path>)."""
+    root = tmp_path / "root"
+    key_dir = root / NODE_KEY_DIR.lstrip("/")
+    key_dir.mkdir(parents=True)
+    with HimdsStandIn(str(key_dir), realm=NODE_KEY_DIR + "/challenge.key") as standin:
+        conf = root / "etc/aks-flex-node/aks-flex-node.conf"
+        conf.parent.mkdir(parents=True)
+        conf.write_text(config_head + f"[arc]\nhimds_endpoint = {standin.endpoint}\nhimds_key_dir = {NODE_KEY_DIR}\n")
+        standin.root = root
+        yield standin

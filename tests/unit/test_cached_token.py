@@ -17,10 +17,9 @@ from aks_flex_node import cached_token, cli, paths
 from aks_flex_node import token as token_cmd
 from aks_flex_node.azure import himds
 from aks_flex_node.commands import arguments
-from tests.himds_fixtures import HimdsStandIn
+from tests.himds_fixtures import himds_node
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NODE_KEY_DIR = "/var/opt/azcmagent/tokens"
 V1 = json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
                  "spec": {"interactive": False}})
 MINTED = "tok-" + himds.AKS_RESOURCE  # what the stand-in hands out
@@ -29,16 +28,9 @@ MINTED = "tok-" + himds.AKS_RESOURCE  # what the stand-in hands out
 @pytest.fixture
 def node(tmp_path):
     """A node root whose config points at a HIMDS stand-in, with an empty state directory."""
-    root = tmp_path / "root"
-    key_dir = root / NODE_KEY_DIR.lstrip("/")
-    key_dir.mkdir(parents=True)
-    with HimdsStandIn(str(key_dir), realm=NODE_KEY_DIR + "/challenge.key") as standin:
-        conf = root / "etc/aks-flex-node/aks-flex-node.conf"
-        conf.parent.mkdir(parents=True)
-        conf.write_text(f"[arc]\nhimds_endpoint = {standin.endpoint}\nhimds_key_dir = {NODE_KEY_DIR}\n")
-        (root / "var/lib/aks-flex-node").mkdir(parents=True, mode=0o700)
-        standin.root = root
-        standin.cache = root / "var/lib/aks-flex-node/token-cache.json"
+    with himds_node(tmp_path) as standin:
+        (standin.root / "var/lib/aks-flex-node").mkdir(parents=True, mode=0o700)
+        standin.cache = standin.root / "var/lib/aks-flex-node/token-cache.json"
         yield standin
 
 

@@ -13,29 +13,15 @@ import pytest
 
 from aks_flex_node import token as token_cmd
 from aks_flex_node.azure import himds
-from tests.himds_fixtures import HimdsStandIn
+from tests.himds_fixtures import NODE_KEY_DIR, himds_node
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NODE_KEY_DIR = "/var/opt/azcmagent/tokens"
 
 
 @pytest.fixture
 def node(tmp_path):
     """A node root with a key dir, a HIMDS stand-in and a config pointing at it."""
-    root = tmp_path / "root"
-    key_dir = root / NODE_KEY_DIR.lstrip("/")
-    key_dir.mkdir(parents=True)
-    # HIMDS names the key by its path on the node (WWW-Authenticate: Basic realm=<path>).
-    with HimdsStandIn(str(key_dir), realm=NODE_KEY_DIR + "/challenge.key") as standin:
-        conf = root / "etc/aks-flex-node/aks-flex-node.conf"
-        conf.parent.mkdir(parents=True)
-        conf.write_text(
-            "subscription_id = 00000000-0000-0000-0000-000000000000\n"
-            "[arc]\n"
-            f"himds_endpoint = {standin.endpoint}\n"
-            f"himds_key_dir = {NODE_KEY_DIR}\n"
-        )
-        standin.root = root
+    with himds_node(tmp_path, "subscription_id = 00000000-0000-0000-0000-000000000000\n") as standin:
         yield standin
 
 
