@@ -47,7 +47,9 @@ LOCAL_PASSES = 20
 CLOUD_PASSES = 5
 PASS_INTERVAL = 1.0  # seconds between the measured passes (the agent's --interval)
 DEFAULT_INTERVAL, DEFAULT_CLOUD_INTERVAL = 60.0, 1800.0  # agent.run's defaults
-TOKEN_ALLOWED = "import sys, json, os, time"  # issue 30: a cached token loads nothing more than this does
+# Issue 30: a cached token loads nothing more than this does (os.fdopen imports io when it
+# runs, and Python 3.14 no longer loads io at its start: what os's own functions load is os's).
+TOKEN_ALLOWED = "import sys, json, os, time\nos.fdopen(os.open(os.devnull, os.O_RDONLY), 'rb').close()"
 FLEET_NODES = 12
 FLEET_SCALE = 10  # ARM's documented buckets divided by this (tests/fleet/__main__.py scaled_figures)
 
