@@ -29,12 +29,17 @@ SEQUENCE, INTEGER, BIT_STRING, UTC_TIME, GENERALIZED_TIME, VERSION = 0x30, 0x02,
 _UTC_TIME = re.compile(rb"(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})Z")
 _GENERALIZED_TIME = re.compile(rb"(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})Z")
 
-_PEM_BODY = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.*?)-----END CERTIFICATE-----", re.DOTALL)
+_PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.*?)-----END CERTIFICATE-----", re.DOTALL)
+
+
+def certificate_blocks(data):
+    """Each PEM CERTIFICATE block of `data` (bytes), whole, in order."""
+    return [match.group(0) for match in _PEM_BLOCK.finditer(data)]
 
 
 def der_of_pem(block):
     """The DER bytes of one PEM CERTIFICATE block (RFC 7468: base64 between the boundaries)."""
-    match = _PEM_BODY.search(block)
+    match = _PEM_BLOCK.search(block)
     if not match:
         raise ValueError("no CERTIFICATE PEM block")
     try:

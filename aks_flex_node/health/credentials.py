@@ -17,7 +17,6 @@ read: the token is reported present with its expiry UNKNOWN, never with an inven
 
 import dataclasses
 import datetime
-import re
 
 from aks_flex_node import x509_validity
 from aks_flex_node.host import careful_read
@@ -28,7 +27,6 @@ from aks_flex_node.words import WordEnum
 MAX_PEM = 256 * 1024
 
 # RFC 7468, section 2: the encapsulation boundaries; only the CERTIFICATE label is taken.
-_CERTIFICATE_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----", re.DOTALL)
 
 
 class CredentialKind(WordEnum):
@@ -112,7 +110,7 @@ def _certificate(host, kind, source, *, renewable, pick):
         if unsafe.code == "absent":
             return Lifetime(kind, source, Found.ABSENT, renewable=renewable)
         return unknown(f"{source}: {unsafe.why}")
-    blocks = _CERTIFICATE_BLOCK.findall(data)
+    blocks = x509_validity.certificate_blocks(data)
     if not blocks:
         return unknown(f"{source}: no CERTIFICATE PEM block in it")
     expiries = []
