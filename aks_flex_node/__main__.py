@@ -1,5 +1,3 @@
-import sys
+from aks_flex_node.cli import run
 
-from aks_flex_node.cli import main
-
-sys.exit(main())
+run()

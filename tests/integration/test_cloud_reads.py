@@ -8,12 +8,14 @@ read that waits on another's answer never arrives while that one is held). No te
 times anything: the depth figure on the WAN profile is make bench's (tests/bench_wan.py).
 """
 
+import json
 import subprocess
 import sys
 import time
 
 import pytest
 
+from aks_flex_node import paths
 from tests import harness
 from tests.emulator import constants as C
 from tests.emulator import wan
@@ -26,8 +28,8 @@ POOL_MACHINE = f"/agentPools/{C.FLEX_POOL}/machines/{MACHINE_NAME}"
 NODE = f"/api/v1/nodes/{MACHINE_NAME}"
 # The converged Arc-mode run's ARM reads that need only the operator's token: the cluster,
 # its user credential, the permissions at the cluster and at the Arc resource group, the Arc
-# machine. (The role assignments wait for the machine: they are read for its principal.)
-INDEPENDENT_ARM_READS = 5
+# machine, and the role assignments of the principal the join recorded in the ledger.
+INDEPENDENT_ARM_READS = 6
 MACHINE_ID = "5f2b0c7e9a1d4e3f8b6a2c1d0e9f8a7b"
 SLOW = 0.5  # seconds every service takes to answer in the depth test
 
@@ -87,11 +89,11 @@ def test_the_independent_reads_of_a_converged_run_go_at_once(node):
 
 def test_a_converged_re_run_waits_on_at_most_four_answers_in_a_row(node):
     """The depth of a converged re-run (tests/request_chains.py): Entra's sign-in, then every
-    ARM read and the Node at once, then the role assignments of the machine's principal. The
-    sign-in is the SDK's: Entra's discovery document and the token with MSAL as Debian 12 and
+    ARM read (the role assignments of the principal the ledger recorded among them) and the
+    Node at once. The sign-in is the SDK's: Entra's discovery document and the token with MSAL as Debian 12 and
     13 and PyPI ship it (four in all), one more with Ubuntu 22.04's older MSAL, which asks
     for the instance discovery first; so the sign-in's own depth is counted as it is, and
-    what is ours is the two after it. Every service answers SLOW s late here, so that
+    what is ours is the one after it. Every service answers SLOW s late here, so that
     requests sent together overlap however slowly this machine runs the threads that send
     them: a request that waits on another's answer comes after it whatever the load, one
     sent beside it does not unless the machine stalls a whole SLOW."""
@@ -105,7 +107,25 @@ def test_a_converged_re_run_waits_on_at_most_four_answers_in_a_row(node):
     # of the test's pause image registry, which the emulator files under entra too).
     sign_in, _ = chain_depth([r for r in requests if r["server"] == "entra" and r["path"].rstrip("/") not in ("", "/v2")])
     depth, path = chain_depth(requests)
-    assert sign_in >= 2 and depth <= sign_in + 2, describe(path)
+    assert sign_in >= 2 and depth <= sign_in + 1, describe(path)
+
+
+def test_a_recorded_principal_that_is_no_longer_the_machine_s_is_read_again(node):
+    """The role assignments are read beside the machine, for the principal the last join
+    recorded; when the machine's identity is another by now, the roles phase reads them again
+    for the machine's own, and finds them in place."""
+    converged(node)
+    with open(node.path(paths.LEDGER)) as f:
+        ledger = json.load(f)
+    ledger["joined"]["facts"]["principal_id"] = "00000000-0000-4000-8000-00000000dead"
+    with open(node.path(paths.LEDGER), "w") as f:
+        json.dump(ledger, f)
+    proc, summary = node.cli_json("bootstrap")
+    assert proc.returncode == 0 and not any(p["changes"] for p in summary["phases"]), proc.stdout + proc.stderr
+    reads = gets(node, "arm", "/roleAssignments")
+    assert len(reads) == 2, describe(reads)
+    stale = [r for r in reads if "00000000-0000-4000-8000-00000000dead" in r["query"]]
+    assert len(stale) == 1 and stale[0] is reads[0], describe(reads)
 
 
 def test_an_agent_pool_pass_reads_its_machine_once(pool_node):

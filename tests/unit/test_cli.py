@@ -3,6 +3,7 @@
 import argparse
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -185,3 +186,62 @@ def test_an_empty_path_is_refused_not_taken_for_the_default(argv, named, capsys)
     assert cli.main(argv + ["--json"]) == 2
     error = json.loads(capsys.readouterr().out)
     assert error["error"] == "usage" and f"argument {named}: {argv[-1]!r}" in error["message"]
+
+
+LEAVE = """
+import atexit, sys, tempfile, threading, time
+from aks_flex_node import cli
+
+class Teardown:
+    def __del__(self):
+        print("torn down")
+
+kept = Teardown()  # a module global: freed only by the interpreter's teardown
+scratch = tempfile.TemporaryDirectory()  # removed at exit by its weakref.finalize (atexit)
+print(scratch.name)
+atexit.register(lambda: sys.stdout.write("atexit ran, unflushed"))  # stdout is a pipe: buffered
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished"))).start()
+cli.leave(CODE)
+"""
+
+
+def buffered_env():
+    """The environment, less PYTHONUNBUFFERED: stdout to a pipe is then block-buffered, as
+    it is for the kubelet and for a script that reads the command's output."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_leave_keeps_what_finalization_does_but_the_teardown(code):
+    """cli.leave (the command's exit): the exit code, a thread that is not a daemon waited
+    for, atexit's functions (a TemporaryDirectory's removal among them) and the buffered
+    output kept; the modules' teardown (75 ms of a bootstrap that read Azure) skipped."""
+    proc = subprocess.run([sys.executable, "-c", LEAVE.replace("CODE", str(code))], cwd=REPO,
+                          capture_output=True, text=True, env=buffered_env())
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1:] == ["thread finished", "atexit ran, unflushed"], proc.stdout
+    assert not os.path.exists(lines[0])
+    assert "torn down" not in proc.stdout
+
+
+def test_leave_with_a_closed_stdout_exits_120_as_python_does():
+    code = "import sys; from aks_flex_node import cli; sys.stdout.write('x' * 100); cli.leave(0)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=buffered_env())
+    proc.stdout.close()  # the reader went away: the final flush fails with EPIPE
+    assert proc.wait() == 120
+
+
+def test_the_command_leaves_through_cli_leave():
+    """`python3 -m aks_flex_node` and the installed command (setup.cfg's entry point) both
+    run cli.run, so each command's exit skips the teardown."""
+    import configparser
+
+    entry = configparser.ConfigParser()
+    entry.read(os.path.join(REPO, "setup.cfg"))
+    assert entry["options.entry_points"]["console_scripts"].split("=")[1].strip() == "aks_flex_node.cli:run"
+    with open(os.path.join(REPO, "aks_flex_node", "__main__.py")) as f:
+        assert "run()" in f.read()
+    proc = run_cli("config", "validate", "--root", "/nonexistent-root")
+    assert proc.returncode == 2  # the command's own code comes through
