@@ -20,6 +20,23 @@ and exits: the Azure SDK, the config and the steps are imported there and go wit
 the resident agent between passes is the CLI and this module (issue 12: at most 35 MB;
 about 50 MB when the SDK stayed imported). So this module imports none of them at its top.
 A child that dies (killed, crashed) is a failed pass like any other, with its exit status.
+
+The drift probe (issue 30: at most 3.6 s of CPU an hour, 0.1 % of a core). A local pass
+cost 128 ms of CPU: 67 ms to import the config and steps again in its child, 62 ms of
+work; at 58 an hour that was 8.4 s, and holding the imports in this process for the
+children to share makes it 25.5 MB, past its 20 MB. So a local pass that converged without
+changing anything hands back what it observed of the host (host/observed.py: each path's
+lstat and stat, a pseudo-file's content, a listing, a read-only command's answer, taken as
+the pass looked), and at the next local interval this process looks again, with the
+standard library alone: everything the same -> no pass (status.json's `checked` and
+`probes` say so); anything different, unreadable or failing -> the pass is forked, as
+before. A probe never stands in for a full pass, a failed pass's retry, a pending join, a
+pass that repaired something (whose repair must be seen to stick) or one that could not be
+recorded whole (a process that is not a read-only command, a network exchange the probe
+does not defer). What a local pass reads from the network (the Node, as the node, and
+HIMDS's token for it) and what changes with the clock alone (the Node conditions'
+heartbeat, certificate expiry, the GPU advertisement's grace, an upgrade window) the probe
+does not see: a real local pass runs at least every PROBE_MAX_AGE seconds for them.
 """
 
 import dataclasses
@@ -31,11 +48,20 @@ import threading
 import time
 from typing import Optional, Tuple
 
+from aks_flex_node import paths
 from aks_flex_node.errors import ConfigError, ExitCode, FlexNodeError
+from aks_flex_node.host import observed
+from aks_flex_node.host.run import run_command
 from aks_flex_node.words import WordEnum
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 600.0
+# The longest a probe stands in for a local pass (see the module's docstring): the Node
+# conditions' heartbeat, node-problem-detector's 5 minutes (health/report_record.py RESYNC),
+# which is also the kubelet's endpointStopGracePeriod that the GPU advertisement waits out
+# (gpu/advertised.py). What only a real pass sees (the Node's Ready, the clock's verdicts)
+# waits at most this much longer to show in status, metrics and conditions.
+PROBE_MAX_AGE = 300.0
 
 
 class PassKind(WordEnum):
@@ -72,6 +98,18 @@ class PassOutcome:
     # agent-pool mode: what the pass decided about its Machine (pool_follow.Decision.to_dict),
     # kept by the parent for the passes that do not read the Machine
     machine_goal: Optional[dict] = None
+    # what a recorded pass observed of the host (host/observed.py Recorder.finish), for the
+    # drift probe; None when it was not recorded or changed something
+    observed: Optional[dict] = None
+
+    def probeable(self):
+        """The observations a probe may stand on: a pass that converged, changed nothing,
+        was no join and was recorded whole; else None."""
+        if (self.kind is not PassKind.OK or self.applied or self.joining or self.phases is None
+                or any(phase.changed for phase in self.phases) or not self.observed
+                or self.observed.get("unprobeable")):
+            return None
+        return self.observed
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self)).encode()
@@ -89,7 +127,9 @@ class PassOutcome:
 
 
 def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=1800.0,
-        clock=time.monotonic):
+        clock=time.monotonic, probe_max_age=PROBE_MAX_AGE):
+    """The agent's loop (see the module). `probe_max_age`: the longest the drift probe stands
+    in for local passes, 0 for never."""
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -100,9 +140,15 @@ def run(load_config, host, interval=60.0, once=False, stop=None, cloud_interval=
     repaired = frozenset()  # (phase, action) the previous pass applied
     unknown = UnknownLog()
     goal_seen = None  # the last pass's decision about its Machine (agent-pool mode)
+    probe = Probe(host, probe_max_age)
     while not stop.is_set():
         full = last_full is None or clock() - last_full >= cloud_interval
-        outcome = run_in_child(lambda: one_pass(load_config, host, full, repaired, goal_seen))
+        if not full and not once and probe.same(clock()):
+            stop.wait(interval)
+            continue
+        outcome = run_in_child(lambda: one_pass(load_config, host, full, repaired, goal_seen),
+                               record=None if full or once or not probe_max_age else host.root)
+        probe.after(outcome, clock())
         if outcome.machine_goal != goal_seen and outcome.machine_goal is not None:
             log.info("machine goal: %s", outcome.machine_goal.get("reason"))
         goal_seen = outcome.machine_goal
@@ -180,6 +226,8 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
         goal, decision, released = None, None, False
         if cfg.mode is JoinMode.AGENT_POOL and former and not joining:
             # The pool's Machine is the goal; the RP's Node signal the go-ahead (pool_follow.py).
+            # That signal is read from the API server each pass: no probe stands in for one.
+            observed.refuse("agent-pool mode: each pass reads its Node for the pool's signal")
             decision = pool_follow.observe(cfg, host, open_ledger(host), full)
             if decision is not None and decision.verdict is pool_follow.Verdict.RESET:
                 return _leave_for_pool(cfg, host, decision.reason, decision.to_dict())
@@ -230,9 +278,65 @@ def _leave_for_pool(cfg, host, reason, seen=None):
     return PassOutcome(PassKind.OK, f"left the cluster: {reason}", machine_goal=seen)
 
 
-def run_in_child(work):
+class Probe:
+    """The drift probe of the agent's parent (see the module): the observations of the last
+    local pass that converged without a change, looked at again at each local interval."""
+
+    def __init__(self, host, max_age):
+        self.host, self.max_age = host, max_age
+        self.observations, self.since, self.count = None, None, 0
+        self.told = None  # why passes cannot be probed, as last logged
+
+    def after(self, outcome, now):
+        """A pass ran: its observations, when a probe may stand on them, replace the last."""
+        self.observations, self.since, self.count = outcome.probeable(), now, 0
+        why = (outcome.observed or {}).get("unprobeable") if outcome.kind is PassKind.OK else None
+        if why != self.told and why:
+            log.info("the drift probe cannot stand in for the next local pass: %s", why)
+        self.told = why
+
+    def same(self, now):
+        """True when the probe found everything the last pass observed as it was (and noted
+        it in status.json); False when a real pass is due (its reason is logged)."""
+        if self.observations is None or now - self.since >= self.max_age:
+            return False
+        differs = observed.same(self.observations, self._ask)
+        if differs is None:
+            self.count += 1
+            differs = self._note()
+        if differs is not None:
+            log.info("drift probe: %s; running a local pass", differs)
+            self.observations = None
+            return False
+        log.debug("drift probe: nothing changed since the last pass (%d probes)", self.count)
+        return True
+
+    @staticmethod
+    def _ask(argv, env, timeout):
+        result = run_command(argv, env=env, timeout=timeout, ok_codes=range(256))
+        return result.returncode, result.stdout
+
+    def _note(self):
+        """status.json says when the node was last found as its last pass left it; None, or
+        why it could not (a run holds the lock, the record is not a succeeded pass's)."""
+        from aks_flex_node.engine import status
+
+        try:
+            written = status.StatusFile(self.host).note_checked(time.time(), self.count)
+        except FlexNodeError as err:
+            return f"status.json not updated: {err.message}"
+        if written is not None:
+            return written
+        # Our own write is not drift: the record and its directory are signed again.
+        observed.sign_again(self.observations, self.host, [paths.STATUS])
+        return None
+
+
+def run_in_child(work, record=None):
     """Run `work()` in a forked child and return the PassOutcome it returned. Called only between
-    passes, when this process runs no other thread (fork copies just the caller's).
+    passes, when this process runs no other thread (fork copies just the caller's). With
+    `record` (the host's root), what the pass observes of the host is recorded and returned in
+    the outcome's `observed` (host/observed.py).
 
     The child finishes its pass when the agent is told to stop, as a pass in this process
     did before: its SIGTERM/SIGINT handler does nothing (systemd signals the whole unit's
@@ -247,7 +351,13 @@ def run_in_child(work):
             os.close(read_end)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: None)
-            data = work().to_json()
+            if record is None:
+                outcome = work()
+            else:
+                with observed.recording(record) as recorder:
+                    outcome = work()
+                outcome = dataclasses.replace(outcome, observed=recorder.finish())
+            data = outcome.to_json()
             with os.fdopen(write_end, "wb") as pipe:
                 pipe.write(data)
             code = 0

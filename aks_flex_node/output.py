@@ -105,7 +105,8 @@ def print_plan(phases, what="plan"):
 def print_status(status, pending):
     """`aks-flex-node status`: the last run's outcome, phase by phase."""
     print(f"state: {status.get('state')}" + (f" ({status['operation']})" if status.get("operation") else ""))
-    for key in ("cluster_resource_id", "machine_name", "started", "finished", "duration_s"):
+    # checked: when the agent's drift probe last found the node as that run left it (agent.py)
+    for key in ("cluster_resource_id", "machine_name", "started", "finished", "duration_s", "checked"):
         if status.get(key) is not None:
             print(f"{key}: {status[key]}")
     kubelet = status.get("kubelet") or {}

@@ -34,14 +34,21 @@ def status(node):
         return {}
 
 
+def interval_stamp(node):
+    """What changes in status.json with each interval of the agent: a pass's `started`, or
+    the drift probe's `checked` and `probes` when it stood in for a local pass (agent.py)."""
+    now = status(node)
+    return now.get("started"), now.get("checked"), now.get("probes")
+
+
 def wait_for_passes(node, count, timeout=60):
-    """Wait until `count` more passes of the running agent have started (status.json's
-    `started` changes with each): "nothing happens" is then proven over that many passes,
-    however slow the machine."""
-    seen = [status(node).get("started")]
+    """Wait until `count` more intervals of the running agent have been looked at, by a pass
+    or by the drift probe (interval_stamp): "nothing happens" is then proven over that many
+    intervals, however slow the machine."""
+    seen = [interval_stamp(node)]
 
     def more():
-        now = status(node).get("started")
+        now = interval_stamp(node)
         if now != seen[-1]:
             seen.append(now)
         return len(seen) > count

@@ -144,51 +144,58 @@ def _stat(pid):
 
 
 def _status_stamp(node):
-    """status.json's (mtime_ns, state): a pass ends with a rewrite of it."""
+    """status.json's (mtime_ns, state, what ended the interval): a pass ends with a rewrite of
+    it, and so does the drift probe that stood in for one (agent.py), which changes only
+    its `checked` and `probes` and leaves the pass's `started`: "pass" or "probe"."""
     path = node.path("/var/lib/aks-flex-node/status.json")
     try:
         with open(path) as f:
-            state = json.load(f).get("state")
-        return os.stat(path).st_mtime_ns, state
+            doc = json.load(f)
+        return os.stat(path).st_mtime_ns, doc.get("state"), (doc.get("started"), doc.get("probes"))
     except (OSError, ValueError):
-        return None, None
+        return None, None, None
 
 
-def agent_passes(node, passes, cloud, timeout=300):
-    """Run the agent until it has finished `passes` passes after its first (all cloud passes
-    when `cloud`); (CPU seconds over them, passes counted, VmRSS samples between passes,
-    the stand-in commands' argv over them)."""
+def agent_passes(node, passes, cloud, probe_max_age=0, timeout=300):
+    """Run the agent until it has ended `passes` intervals after its first pass (all cloud
+    passes when `cloud`; with `probe_max_age`, the drift probe stands in for the local passes
+    it can); ({"pass" or "probe": [CPU seconds, intervals, the stand-in commands' argv]} over
+    them, VmRSS samples between them). Each interval's CPU is charged to what ended it."""
     argv = [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root, "--interval", str(PASS_INTERVAL),
-            "--cloud-interval", "0.01" if cloud else "3600"]
+            "--cloud-interval", "0.01" if cloud else "3600", "--probe-max-age", str(probe_max_age)]
     errors = open(os.path.join(node.root, "..", "agent-stderr.log"), "w+")
     proc = subprocess.Popen(argv, env=node.env, cwd=harness.REPO, stdout=subprocess.DEVNULL, stderr=errors)
-    seen, counted, rss, start_cpu, start_calls = _status_stamp(node)[0], -1, [], None, None
+    seen, which, counted, rss = _status_stamp(node)[0], _status_stamp(node)[2], -1, []
+    kinds = {"pass": [0.0, 0, []], "probe": [0.0, 0, []]}
+    last_cpu = last_calls = None
     try:
         deadline = time.monotonic() + timeout
         while counted < passes and time.monotonic() < deadline:
             if proc.poll() is not None:
                 errors.seek(0)
                 raise SystemExit(f"the agent exited {proc.returncode}:\n{errors.read()[-2000:]}")
-            stamp, state = _status_stamp(node)
+            stamp, state, now = _status_stamp(node)
             if stamp != seen and state == "succeeded":
-                seen = stamp
+                kind = "probe" if which is not None and now[0] == which[0] and now[1] else "pass"
+                seen, which = stamp, now
                 counted += 1
                 time.sleep(PASS_INTERVAL / 4)  # well inside the wait before the next pass
                 cpu, mb = _stat(proc.pid)
-                if counted == 0:  # the first pass (imports, the first full pass) is not counted
-                    start_cpu, start_calls = cpu, len(node.fake.calls())
-                else:
+                calls = len(node.fake.calls())
+                if counted > 0:  # the first pass (imports, the first full pass) is not counted
+                    kinds[kind][0] += cpu - last_cpu
+                    kinds[kind][1] += 1
+                    kinds[kind][2] += node.fake.calls()[last_calls:calls]
                     rss.append(mb)
+                last_cpu, last_calls = cpu, calls
             time.sleep(0.02)
-        end_cpu, _ = _stat(proc.pid)
-        calls = node.fake.calls()[start_calls or 0:]
     finally:
         proc.terminate()
         proc.wait(30)
         errors.close()
     if counted < passes:
-        raise SystemExit(f"the agent finished {counted} of {passes} passes in {timeout} s")
-    return end_cpu - start_cpu, counted, rss, calls
+        raise SystemExit(f"the agent finished {counted} of {passes} intervals in {timeout} s")
+    return kinds, rss
 
 
 # Stand-in calls that only read (a converged pass's), safe to run again to weigh them.
@@ -249,22 +256,43 @@ def resident_with_pass_imports():
 
 
 def agent_cost(node):
-    local_cpu, local_n, rss, local_calls = agent_passes(node, LOCAL_PASSES, cloud=False)
-    cloud_cpu, cloud_n, rss_cloud, cloud_calls = agent_passes(node, CLOUD_PASSES, cloud=True)
-    per_local, per_cloud = local_cpu / local_n, cloud_cpu / cloud_n
+    """The agent's CPU per hour at its default intervals, from three runs: real local passes
+    (the probe off), local intervals with the drift probe at its default age (the probes,
+    after one real local pass), and cloud passes. An hour at the defaults has
+    3600 / DEFAULT_INTERVAL intervals: 3600 / DEFAULT_CLOUD_INTERVAL cloud passes, a real
+    local pass every PROBE_MAX_AGE seconds but where a cloud pass falls, and probes in the
+    rest (on a converged node; drift or a failure adds real passes)."""
+    from aks_flex_node.agent import PROBE_MAX_AGE
+
+    local, rss = agent_passes(node, LOCAL_PASSES, cloud=False)
+    probed, rss_probe = agent_passes(node, LOCAL_PASSES, cloud=False, probe_max_age=PROBE_MAX_AGE)
+    cloud, rss_cloud = agent_passes(node, CLOUD_PASSES, cloud=True)
+    (local_cpu, local_n, local_calls), (cloud_cpu, cloud_n, cloud_calls) = local["pass"], cloud["pass"]
+    probe_cpu, probe_n, probe_calls = probed["probe"]
+    per_local, per_cloud, per_probe = local_cpu / local_n, cloud_cpu / cloud_n, probe_cpu / max(probe_n, 1)
     cloud_per_hour = 3600 / DEFAULT_CLOUD_INTERVAL
-    local_per_hour = 3600 / DEFAULT_INTERVAL - cloud_per_hour
+    local_per_hour = 3600 / PROBE_MAX_AGE - cloud_per_hour
+    probes_per_hour = 3600 / DEFAULT_INTERVAL - local_per_hour - cloud_per_hour
     local_stand_ins = stand_in_cpu(node, local_calls) / local_n
     cloud_stand_ins = stand_in_cpu(node, cloud_calls) / cloud_n
-    per_hour = per_local * local_per_hour + per_cloud * cloud_per_hour
-    stand_ins = local_stand_ins * local_per_hour + cloud_stand_ins * cloud_per_hour
-    return {"per_local": per_local, "per_cloud": per_cloud, "local_n": local_n, "cloud_n": cloud_n,
-            "per_hour": per_hour, "ours_per_hour": per_hour - stand_ins,
+    probe_stand_ins = stand_in_cpu(node, probe_calls) / max(probe_n, 1)
+    per_hour = per_local * local_per_hour + per_cloud * cloud_per_hour + per_probe * probes_per_hour
+    stand_ins = (local_stand_ins * local_per_hour + cloud_stand_ins * cloud_per_hour
+                 + probe_stand_ins * probes_per_hour)
+    # Without the probe (as before it): every local interval a real local pass.
+    unprobed = (per_local - local_stand_ins) * (3600 / DEFAULT_INTERVAL - cloud_per_hour) \
+        + (per_cloud - cloud_stand_ins) * cloud_per_hour
+    return {"per_local": per_local, "per_cloud": per_cloud, "per_probe": per_probe, "local_n": local_n,
+            "cloud_n": cloud_n, "probe_n": probe_n, "probe_run_passes": probed["pass"][1],
+            "per_hour": per_hour, "ours_per_hour": per_hour - stand_ins, "ours_unprobed_per_hour": unprobed,
             "ours_local": per_local - local_stand_ins, "ours_cloud": per_cloud - cloud_stand_ins,
-            "local_per_hour": local_per_hour, "cloud_per_hour": cloud_per_hour,
+            "ours_probe": per_probe - probe_stand_ins, "probe_max_age": PROBE_MAX_AGE,
+            "local_per_hour": local_per_hour, "cloud_per_hour": cloud_per_hour, "probes_per_hour": probes_per_hour,
             "calls_per_local": len(local_calls) / local_n, "local_commands": sorted({" ".join(argv[:2]) for argv in local_calls}),
-            "stand_ins_local": local_stand_ins, "stand_ins_per_hour": stand_ins,
-            "rss": rss + rss_cloud, "imports": pass_imports_cpu(), "resident_with_imports": resident_with_pass_imports()}
+            "calls_per_probe": len(probe_calls) / max(probe_n, 1),
+            "stand_ins_local": local_stand_ins, "stand_ins_probe": probe_stand_ins, "stand_ins_per_hour": stand_ins,
+            "rss": rss + rss_probe + rss_cloud, "imports": pass_imports_cpu(),
+            "resident_with_imports": resident_with_pass_imports()}
 
 
 # ---- token ------------------------------------------------------------------------------------
@@ -405,21 +433,29 @@ def report_agent_pass(wall, figures):
 
 
 def report_agent_cost(cost):
-    print(f"\nthe agent at its default intervals ({DEFAULT_INTERVAL:g} s local, {DEFAULT_CLOUD_INTERVAL:g} s cloud), "
-          f"measured over {cost['local_n']} local and {cost['cloud_n']} cloud passes at {PASS_INTERVAL:g} s:")
+    print(f"\nthe agent at its default intervals ({DEFAULT_INTERVAL:g} s local, {DEFAULT_CLOUD_INTERVAL:g} s cloud, "
+          f"the drift probe standing in for local passes up to {cost['probe_max_age']:g} s), measured over "
+          f"{cost['local_n']} local passes (probe off), {cost['probe_n']} probes (after {cost['probe_run_passes']} "
+          f"real local pass in that run) and {cost['cloud_n']} cloud passes at {PASS_INTERVAL:g} s, each counted "
+          "by what status.json says ended it (a pass's `started`, or a probe's `probes`):")
     row("agent CPU per hour, all", cost["per_hour"], " s")
-    print(f"    = {cost['local_per_hour']:.0f} local passes x {cost['per_local'] * 1000:.0f} ms + "
+    print(f"    = {cost['probes_per_hour']:.0f} probes x {cost['per_probe'] * 1000:.1f} ms + "
+          f"{cost['local_per_hour']:.0f} local passes x {cost['per_local'] * 1000:.0f} ms + "
           f"{cost['cloud_per_hour']:.0f} cloud passes x {cost['per_cloud'] * 1000:.0f} ms CPU (the agent, its "
-          "passes' children and the host commands they ran)")
+          "passes' children and the host commands they and the probes ran)")
     print(f"    of which the host commands' stand-ins: {cost['calls_per_local']:.1f} per local pass "
           f"({', '.join(cost['local_commands']) or 'none'}), {cost['stand_ins_local'] * 1000:.0f} ms a local pass, "
+          f"{cost['calls_per_probe']:.1f} per probe, {cost['stand_ins_probe'] * 1000:.0f} ms a probe, "
           f"{cost['stand_ins_per_hour']:.2f} s per hour. They are Python scripts here (each an interpreter's start); "
           "on a host systemctl is a C program and azcmagent a Go one, whose CPU is theirs to weigh: the agent's own "
           "is what is left")
     row("agent CPU per hour (s)", cost["ours_per_hour"], " s", "agent CPU per hour (s)")
-    print(f"    = {cost['local_per_hour']:.0f} local passes x {cost['ours_local'] * 1000:.0f} ms + "
+    print(f"    = {cost['probes_per_hour']:.0f} probes x {cost['ours_probe'] * 1000:.1f} ms + "
+          f"{cost['local_per_hour']:.0f} local passes x {cost['ours_local'] * 1000:.0f} ms + "
           f"{cost['cloud_per_hour']:.0f} cloud passes x {cost['ours_cloud'] * 1000:.0f} ms (the agent and its passes, "
-          "without the stand-ins)")
+          "without the stand-ins); a real local pass every "
+          f"{cost['probe_max_age']:g} s reads what the probe does not (the Node as the node, the clock's verdicts)")
+    print(f"    without the probe (a real local pass every interval): {cost['ours_unprobed_per_hour']:.2f} s")
     imports = cost["imports"] * (cost["local_per_hour"] + cost["cloud_per_hour"])
     print(f"    of which each pass's imports: {cost['imports'] * 1000:.0f} ms in the forked child = {imports:.2f} s "
           f"per hour (config, lifecycle, operations and the step modules; no Azure SDK on a local pass); the "
@@ -428,11 +464,10 @@ def report_agent_cost(cost):
         work = cost["ours_local"] - cost["imports"]
         print(f"    why not: a local pass is a forked child that imports the config and step modules "
               f"({cost['imports'] * 1000:.0f} ms), then loads and validates the config, reads the ledger and "
-              f"status, checks every step and writes status ({work * 1000:.0f} ms); at "
-              f"{cost['local_per_hour']:.0f} local passes an hour the goal leaves "
-              f"{GOALS['agent CPU per hour (s)'] / (cost['local_per_hour'] + cost['cloud_per_hour']) * 1000:.0f} ms "
-              "a pass. Importing in the parent instead, which forked children then share, would cost the resident "
-              f"goal ({cost['resident_with_imports']:.1f} MB against {GOALS['agent resident (parent, MB)']:g} MB)")
+              f"status, checks every step and writes status ({work * 1000:.0f} ms); a probe costs "
+              f"{cost['ours_probe'] * 1000:.1f} ms. Importing in the parent instead, which forked children then "
+              f"share, would cost the resident goal ({cost['resident_with_imports']:.1f} MB against "
+              f"{GOALS['agent resident (parent, MB)']:g} MB)")
     row("agent resident (parent, MB)", max(cost["rss"]), " MB", "agent resident (parent, MB)")
     print("    samples " + ", ".join(f"{mb:.1f}" for mb in cost["rss"][:8]) + (" ..." if len(cost["rss"]) > 8 else ""))
 

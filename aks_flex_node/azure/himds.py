@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from aks_flex_node import access_token
 from aks_flex_node.errors import FlexNodeError, TemporaryError
-from aks_flex_node.host import careful_read
+from aks_flex_node.host import careful_read, observed
 from aks_flex_node.http_policy import is_loopback
 from aks_flex_node.paths import Paths
 
@@ -339,7 +339,10 @@ def get_token(
     delay = BACKOFF
     for attempt in range(1, attempts + 1):
         try:
-            which, status, headers, body = _exchange(opener, url, key_dir, root, request_timeout)
+            # The agent's drift probe leaves this exchange, and its single-use key, to its
+            # real passes (host/observed.py).
+            with observed.deferred("HIMDS"):
+                which, status, headers, body = _exchange(opener, url, key_dir, root, request_timeout)
         except HimdsUnavailable as err:
             failure, wait = err, delay
         else:

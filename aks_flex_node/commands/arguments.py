@@ -118,6 +118,9 @@ def _agent_arguments(p, common):
                    help="seconds between local passes (host only, no Azure call)")
     p.add_argument("--cloud-interval", type=POSITIVE, default=1800.0, metavar="SECONDS",
                    help="seconds between full passes (the cloud side too)")
+    p.add_argument("--probe-max-age", type=NOT_NEGATIVE, default=300.0, metavar="SECONDS",
+                   help="the longest the drift probe stands in for local passes when nothing changed "
+                   "(0: a local pass every interval)")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
 
 

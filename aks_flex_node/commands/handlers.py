@@ -174,7 +174,7 @@ def cmd_agent(args):
     from aks_flex_node import agent
 
     return agent.run(lambda: load_config(args), _make_host(args), interval=args.interval,
-                     once=args.once, cloud_interval=args.cloud_interval)
+                     once=args.once, cloud_interval=args.cloud_interval, probe_max_age=args.probe_max_age)
 
 
 def cmd_config(args):

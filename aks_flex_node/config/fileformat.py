@@ -20,6 +20,7 @@ from aks_flex_node import paths
 from aks_flex_node.config import spec
 from aks_flex_node.config.values import REDACTED, is_secret_key, serialize, shown
 from aks_flex_node.errors import ConfigError, ConfigProblem
+from aks_flex_node.host import observed
 
 
 def parse_problem(error):
@@ -53,6 +54,7 @@ def not_regular(file_path):
     """The problem of a configuration file that is there but is not a regular file (a FIFO,
     a device, a directory, or a symlink to one), else None. It is stat()ed, never opened:
     opening a FIFO waits for a writer."""
+    observed.looked(file_path)  # the agent's drift probe's record (host/observed.py)
     try:
         st = os.stat(file_path)
     except FileNotFoundError:

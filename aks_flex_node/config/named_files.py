@@ -15,7 +15,7 @@ from aks_flex_node import artifact_digests, paths
 from aks_flex_node import strictmodes
 from aks_flex_node.config.fileformat import file_kind, is_control
 from aks_flex_node.errors import ConfigProblem
-from aks_flex_node.host import careful_read
+from aks_flex_node.host import careful_read, observed
 
 # Entra ID generates client secrets of 16 to 64 characters (Microsoft Graph,
 # "passwordCredential resource type", secretText:
@@ -168,6 +168,7 @@ def _checked_read(key, node_path, root, problems, max_bytes, what, private=True)
     swapped in would be read as root), safe (strictmodes), not empty, at most `max_bytes`;
     read by host/careful_read.py, as every file whose bytes we must not be fooled by."""
     path = paths.real_path(root, node_path)
+    observed.looked(path)  # the agent's drift probe's record (host/observed.py)
     try:
         # A secret's path itself, not followed; a public file (a CA) may be a link to one.
         st = os.stat(path, follow_symlinks=not private)

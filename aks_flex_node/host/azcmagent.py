@@ -14,6 +14,7 @@ import uuid
 
 from aks_flex_node import paths
 from aks_flex_node.errors import FlexNodeError
+from aks_flex_node.host import observed
 from aks_flex_node.host.run import CommandNotFound
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class Azcmagent:
         `finally` that removes them) left in the run directory: ours by name only, regular
         files only, never through a symlink (the directory itself included)."""
         real = self.host.path(self.run_dir)
+        observed.looked(real)  # the drift probe's record (observed.py); the listing is audited
         try:
             if not stat.S_ISDIR(os.lstat(real).st_mode):
                 return []

@@ -19,7 +19,7 @@ import stat
 import tempfile
 
 from aks_flex_node.errors import FlexNodeError
-from aks_flex_node.host import temps
+from aks_flex_node.host import observed, temps
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ def check_mode(mode):
 
 
 def _lstat(path):
+    observed.looked(path)  # the drift probe's record, while a pass records (observed.py)
     try:
         return os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -248,6 +249,7 @@ def write_file(path, content, mode=0o644, owner=None):
 
 def read_link(path):
     """Where the symlink at `path` points (its text, never resolved); None when no symlink is there."""
+    observed.looked(path)
     try:
         return os.readlink(path)
     except OSError as e:

@@ -19,7 +19,7 @@ import errno
 import os
 import stat
 
-from aks_flex_node.host import fs, temps
+from aks_flex_node.host import fs, observed, temps
 
 # The kinds `look` tells apart, in the words the ledger and messages use.
 FILE, LINK, FIFO, DIR, SOCKET, DEVICE = "file", "link", "fifo", "dir", "socket", "device"
@@ -44,6 +44,7 @@ class Found:
 
 def look(path):
     """Found for what is at `path` (a link not followed), or None when nothing is."""
+    observed.looked(path)  # the drift probe's record (observed.py)
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):

@@ -13,7 +13,7 @@ import posixpath
 import stat
 from pathlib import PurePosixPath
 
-from aks_flex_node.host import careful_read, fs, mounts, originals, run_lock_file, temps, tree
+from aks_flex_node.host import careful_read, fs, mounts, observed, originals, run_lock_file, temps, tree
 from aks_flex_node.host.kernel import Kernel
 from aks_flex_node.host.run import (CommandError, SkippedRun, check_argv, display,
                                     resolve_executable, run_command)
@@ -211,11 +211,13 @@ class Host:
         fs.sync_dir(os.path.dirname(target), target)
 
     def is_dir(self, path):
+        observed.looked(self.path(path))  # the drift probe's record of a stat-only look (observed.py)
         return os.path.isdir(self.path(path))
 
     def lstat(self, path):
         """The os.stat_result of node path `path` itself (a link is not followed), or None
         when nothing is there."""
+        observed.looked(self.path(path))
         try:
             return os.lstat(self.path(path))
         except FileNotFoundError:
@@ -234,6 +236,7 @@ class Host:
 
     def mode(self, path):
         """The permission bits of node path `path` (a link followed, as a write would)."""
+        observed.looked(self.path(path))
         return stat.S_IMODE(os.stat(self.path(path)).st_mode)
 
     def listdir(self, path):

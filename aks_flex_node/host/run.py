@@ -17,6 +17,7 @@ import time
 from typing import NamedTuple
 
 from aks_flex_node.errors import ExitCode, FlexNodeError, TemporaryError
+from aks_flex_node.host import observed
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +268,8 @@ def run_command(argv, *, env, timeout=60, ok_codes=(0,), secrets=(), input=None)
     stdout = out.decode("utf-8", "replace")
     stderr = err.decode("utf-8", "replace")
     log.debug("ran `%s`: exit %d in %.2fs", shown, proc.returncode, elapsed)
+    # The drift probe's record (observed.py): what this command answered, to ask it again.
+    observed.ran(argv, env, timeout, proc.returncode, stdout, input, secrets)
 
     if proc.returncode not in ok_codes:
         safe_out, safe_err = redact(stdout, secrets), redact(stderr, secrets)

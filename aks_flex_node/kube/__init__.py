@@ -21,6 +21,7 @@ import urllib.request
 
 from aks_flex_node import cloud_values
 from aks_flex_node.errors import AuthError, FlexNodeError, TemporaryError
+from aks_flex_node.host import observed
 from aks_flex_node.http_policy import DIRECT
 from aks_flex_node.polling import poll
 
@@ -147,7 +148,9 @@ class KubeClient:
         if self._token_provider is not None:
             request.add_header("Authorization", f"Bearer {self._token_provider()}")
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
+            # A read the agent's drift probe leaves to its real passes (host/observed.py).
+            with observed.deferred("the API server"), \
+                    self._opener.open(request, timeout=self.timeout) as response:
                 status, body = response.status, response.read(self.max_answer + 1)
         except urllib.error.HTTPError as err:
             with err:

@@ -50,7 +50,8 @@ def test_local_passes_load_no_azure_sdk(request, tmp_path, mode):
     with open(log, "w") as stderr:
         agent = subprocess.Popen(
             [sys.executable, "-X", "importtime", "-m", "aks_flex_node", "agent", "--root", node.root,
-             "--interval", "0.2", "--cloud-interval", "3600"],
+             # --probe-max-age 0: real local passes, whose imports are counted (no drift probe)
+             "--interval", "0.2", "--cloud-interval", "3600", "--probe-max-age", "0"],
             env=dict(node.env, PYTHONWARNINGS=SHOW_FORK_WARNING), cwd=REPO,
             stdout=subprocess.DEVNULL, stderr=stderr)
     try:

@@ -18,8 +18,10 @@ PENDING = "/var/lib/aks-flex-node/join-pending"
 def start_agent(node, *args):
     os.makedirs(node.path("/var/lib/aks-flex-node"), exist_ok=True)
     open(node.path(PENDING), "w").close()  # what the postinst leaves for the agent
+    # A real pass every interval (no drift probe): what these tests count is what each pass says.
     return subprocess.Popen(
-        [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root, "--interval", "1", *args],
+        [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root, "--interval", "1",
+         "--probe-max-age", "0", *args],
         env=node.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

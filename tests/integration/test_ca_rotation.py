@@ -171,12 +171,15 @@ def test_a_ca_rotation_leaves_an_arc_node_ready_after_one_agent_pass(node):
 
 def test_the_running_agent_repairs_a_rotation_without_waiting_for_its_cloud_interval(pool_node):
     """A local pass cannot read the new CA (it asks Azure nothing), but it must not pass over
-    a kubelet that lost the API server: it fails, and the full pass after a failure repairs."""
+    a kubelet that lost the API server: it fails, and the full pass after a failure repairs.
+    The drift probe does not repeat the Node's read (agent.py): a real local pass reads it
+    at least every --probe-max-age seconds (5 here, 300 by default), well inside the cloud
+    interval."""
     from tests.agent_fixtures import start_agent, status
 
     node, emu = pool_node, pool_node.emu
     node.cli("bootstrap", check=True)
-    agent = start_agent(node, "--interval", "1", "--cloud-interval", "3600")
+    agent = start_agent(node, "--interval", "1", "--cloud-interval", "3600", "--probe-max-age", "5")
     try:
         assert wait_for(lambda: status(node).get("pass") == "local" and status(node).get("state") == "succeeded",
                         60), status(node)
