@@ -101,6 +101,7 @@ class PassOutcome:
     # what a recorded pass observed of the host (host/observed.py Recorder.finish), for the
     # drift probe; None when it was not recorded or changed something
     observed: Optional[dict] = None
+    metrics_file: str = ""  # the node path of the metrics textfile the pass writes (health/metrics.py)
 
     def probeable(self):
         """The observations a probe may stand on: a pass that converged, changed nothing,
@@ -196,6 +197,7 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
     from aks_flex_node import lifecycle, operations, pool_follow
     from aks_flex_node.config.joinmode import JoinMode
     from aks_flex_node.engine.runner import CHANGED, UNCHANGED
+    from aks_flex_node.health import metrics
     from aks_flex_node.steps.kinds import open_ledger
 
     try:
@@ -252,7 +254,8 @@ def one_pass(load_config, host, full, repaired, goal_seen=None):
         kind, message = PassKind.FAILED, str(getattr(result.error, "message", result.error))
         exit_code = int(getattr(result.error, "exit_code", ExitCode.FAILED))
     return PassOutcome(kind, message, exit_code, applied=tuple(sorted(result.applied)), phases=phases,
-                       joining=joining, cluster=cfg.cluster.name, machine=cfg.machine_name, machine_goal=seen)
+                       joining=joining, cluster=cfg.cluster.name, machine=cfg.machine_name, machine_goal=seen,
+                       metrics_file=metrics.textfile_dir(cfg).rstrip("/") + "/" + metrics.FILE_NAME)
 
 
 def _leave_for_pool(cfg, host, reason, seen=None):
@@ -285,11 +288,13 @@ class Probe:
     def __init__(self, host, max_age):
         self.host, self.max_age = host, max_age
         self.observations, self.since, self.count = None, None, 0
+        self.metrics_file = ""
         self.told = None  # why passes cannot be probed, as last logged
 
     def after(self, outcome, now):
         """A pass ran: its observations, when a probe may stand on them, replace the last."""
         self.observations, self.since, self.count = outcome.probeable(), now, 0
+        self.metrics_file = outcome.metrics_file
         why = (outcome.observed or {}).get("unprobeable") if outcome.kind is PassKind.OK else None
         if why != self.told and why:
             log.info("the drift probe cannot stand in for the next local pass: %s", why)
@@ -317,19 +322,42 @@ class Probe:
         return result.returncode, result.stdout
 
     def _note(self):
-        """status.json says when the node was last found as its last pass left it; None, or
-        why it could not (a run holds the lock, the record is not a succeeded pass's)."""
+        """status.json and the metrics textfile say when the node was last found as its last
+        pass left it; None, or why they could not (a run holds the lock, the record is not a
+        succeeded pass's): then a real pass runs."""
         from aks_flex_node.engine import status
 
+        now = time.time()
         try:
-            written = status.StatusFile(self.host).note_checked(time.time(), self.count)
+            written = status.StatusFile(self.host).note_checked(now, self.count)
+            if written is None and self.metrics_file:
+                written = _note_metrics(self.host, self.metrics_file, now)
         except FlexNodeError as err:
-            return f"status.json not updated: {err.message}"
-        if written is not None:
-            return written
-        # Our own write is not drift: the record and its directory are signed again.
-        observed.sign_again(self.observations, self.host, [paths.STATUS])
-        return None
+            return f"the probe's record not written: {err.message}"
+        if written is None:  # our own writes are not drift: they, and their directories, are signed again
+            observed.sign_again(self.observations, self.host,
+                                [paths.STATUS] + ([self.metrics_file] if self.metrics_file else []))
+        return written
+
+
+# health/metrics.py CONVERGED_CHECK, its last line; not imported: the parent holds no health/.
+CONVERGED_CHECK = b"aks_flex_node_last_converged_check_timestamp_seconds "
+MAX_TEXTFILE = 1 << 20
+
+
+def _note_metrics(host, path, now):
+    """The metrics textfile at node path `path` (when the pass wrote one) says when the probe
+    found the node converged; None, or why not."""
+    text = host.read_state(path, MAX_TEXTFILE)
+    if text is None:
+        return None  # no textfile directory: the pass wrote none
+    lines = text.split(b"\n")
+    found = [i for i, line in enumerate(lines) if line.startswith(CONVERGED_CHECK)]
+    if not found:
+        return f"{path} has no {CONVERGED_CHECK.decode().strip()} line"
+    lines[found[-1]] = CONVERGED_CHECK + str(int(now)).encode()
+    host.write_file(path, b"\n".join(lines), mode=0o644)
+    return None
 
 
 def run_in_child(work, record=None):

@@ -34,7 +34,7 @@ def problems(key, shown, real, root="/", private=False):
     value of `key`) and of the directories above it; [] when it is safe or absent (the
     callers report a missing file in their own words). `private`: readable by its owner
     only too (a secret or a private key)."""
-    observed.looked(real)  # the agent's drift probe watches what the pass judged (host/observed.py)
+    observed.looked(real, owner_only=True)  # what the agent's drift probe watches (host/observed.py)
     try:
         st = os.stat(real)
     except OSError:
@@ -60,7 +60,7 @@ def directory_problems(key, shown, real_dir, root="/", _below=None):
     real_dir = os.path.abspath(os.fspath(real_dir))
     found = []
     for directory in _directories(_below or os.path.join(real_dir, "child"), root):
-        observed.looked(directory)
+        observed.looked(directory, owner_only=True)
         try:
             st = os.stat(directory)
         except OSError:

@@ -216,7 +216,18 @@ def families(summary, record, joined, lifetimes, timestamp):
         if lifetime.found is not Found.ABSENT:
             renewable.add(int(lifetime.renewable), credential=lifetime.kind)
     out += [expiry, renewable]
+    # Last, one line: the agent's drift probe puts its own time here when it finds the node
+    # as this run left it (agent.py), without a pass and without this module.
+    converged = Family(CONVERGED_CHECK, "gauge",
+                       "When this node was last found converged, in Unix seconds: a bootstrap that "
+                       "succeeded, or the agent's drift probe since it, which found nothing changed.")
+    if operation == "bootstrap" and summary.get("state") == "succeeded":
+        converged.add(timestamp)
+    out.append(converged)
     return out
+
+
+CONVERGED_CHECK = "aks_flex_node_last_converged_check_timestamp_seconds"
 
 
 # Debian's prometheus-node-exporter: the directory it ships and the default of its

@@ -81,6 +81,14 @@ def signature(real):
         return [_fields(lst), None]
 
 
+def owner_signature(real):
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    return [st.st_mode, st.st_uid, st.st_gid]
+
+
 def content_digest(real, first_words=False):
     """sha256 of the first PSEUDO_MAX bytes of `real` (with `first_words`, of each line's
     first word), read without waiting on a FIFO; a marker for what cannot be read (its
@@ -136,6 +144,7 @@ class Recorder:
         self.files = {}  # real path -> signature
         self.contents = {}  # real path -> content digest (pseudo-files)
         self.listings = {}  # real path -> listing digest
+        self.owners = {}  # real path -> [mode, uid, gid] (stat, a link followed): looked at for those alone
         self.commands = []  # {"argv", "env", "timeout", "answer"}
         self.written = set()
         self.deferred = set()  # what the pass asked that the probe does not (see `deferred`)
@@ -169,6 +178,15 @@ class Recorder:
         value = signature(real)
         with self._lock:
             self.files.setdefault(real, value)
+
+    def looked_for_owner(self, real):
+        """The pass judged `real` by its mode and owner alone (strictmodes.py: the directories
+        above a configuration file): those are noted, not its times, which every entry made
+        in it moves."""
+        if real not in self.owners:
+            value = owner_signature(real)
+            with self._lock:
+                self.owners.setdefault(real, value)
 
     def listed(self, real):
         if real not in self.listings:
@@ -204,13 +222,21 @@ class Recorder:
             if real in self.listings:
                 self.listings[real] = listing_digest(real)
         contents = {real: digest for real, digest in self.contents.items() if real not in self.written}
-        return {"version": VERSION, "root": self.root, "files": files, "contents": contents,
+        owners = {real: value for real, value in self.owners.items() if real not in files}
+        return {"version": VERSION, "root": self.root, "files": files, "contents": contents, "owners": owners,
                 "listings": dict(self.listings), "commands": list(self.commands),
                 "deferred": sorted(self.deferred), "unprobeable": self.unprobeable}
 
     # ---- the audit hook (PEP 578) --------------------------------------------------------
 
     def event(self, name, args):
+        if name in ("open", "os.listdir", "os.scandir") or name in _CHANGES:
+            path = args[0]
+            if isinstance(path, (str, bytes)) and not os.fsdecode(path).startswith("/"):
+                # Relative to a directory descriptor (host/tree.py) or the working directory:
+                # not a path the probe could look at again.
+                self.refuse(f"it used a relative path ({name} {os.fsdecode(path)!r})")
+                return
         if name == "open":
             path, flags = args[0], args[2] if len(args) > 2 else 0
             if isinstance(path, int) or _code(path):
@@ -311,13 +337,18 @@ def deferred(what):
 # ---- the door's own notes (stat-only looks, commands) ----------------------------------------
 
 
-def looked(real):
-    """Host door functions that look at a path without opening it (lstat, stat, readlink) call this."""
+def looked(real, owner_only=False):
+    """Host door functions that look at a path without opening it (lstat, stat, readlink) call
+    this; `owner_only`: the caller judges its mode and owner alone (a link followed)."""
     recorder = current
     if recorder is not None and not getattr(_local, "deferred", 0) and not getattr(_local, "busy", False):
         _local.busy = True
         try:
-            recorder.looked(os.path.abspath(os.fsdecode(real)))
+            real = os.path.abspath(os.fsdecode(real))
+            if owner_only:
+                recorder.looked_for_owner(real)
+            else:
+                recorder.looked(real)
         finally:
             _local.busy = False
 
@@ -348,6 +379,9 @@ def same(observations, run=None):
         now = signature(real)
         if now != sig:
             return f"{real} changed ({_what_changed(sig, now)})"
+    for real, value in observations["owners"].items():
+        if owner_signature(real) != value:
+            return f"the mode or owner of {real} changed"
     for real, (digest, first_words) in observations["contents"].items():
         if content_digest(real, first_words) != digest:
             return f"the content of {real} changed"

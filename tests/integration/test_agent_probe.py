@@ -3,9 +3,11 @@ intervals after a local pass are probes, which fork no pass and say so in status
 injected between two intervals (a managed file's content or mode, a unit stopped) is seen by
 the next probe and repaired by the pass it forks, as before the probe."""
 
+import calendar
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -13,6 +15,8 @@ from tests.agent_fixtures import start_agent, status
 from tests.waiting import wait_for
 
 CONFIG_TOML = "/etc/containerd/config.toml"
+TEXTFILE = "/var/lib/prometheus/node-exporter/aks_flex_node.prom"  # health/metrics.py, Debian's directory
+CONVERGED = "aks_flex_node_last_converged_check_timestamp_seconds"
 
 
 def stop(agent):
@@ -34,7 +38,19 @@ def converged_agent(node):
     return agent
 
 
+def _metric(node, name):
+    for line in node.read(TEXTFILE).decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return line
+    return None
+
+
+def _unix(iso):
+    return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))
+
+
 def test_the_passes_after_a_converged_local_pass_are_probes(node):
+    os.makedirs(node.path(os.path.dirname(TEXTFILE)))  # node-exporter's textfile directory
     agent = converged_agent(node)
     try:
         first = status(node)
@@ -42,6 +58,12 @@ def test_the_passes_after_a_converged_local_pass_are_probes(node):
         assert wait_for(lambda: probes(node) >= first["probes"] + 3, 60), status(node)
         now = status(node)
         shown = node.cli_json("status")[1]
+        # The metrics say when too: the probe's time on the pass's textfile, the rest the pass's.
+        last_run = _metric(node, "aks_flex_node_last_run_timestamp_seconds")
+        assert wait_for(lambda: _metric(node, CONVERGED) == f"{CONVERGED} {_unix(status(node)['checked'])}", 30), \
+            (_metric(node, CONVERGED), status(node))
+        assert wait_for(lambda: int(_metric(node, CONVERGED).split()[-1]) > int(last_run.split()[-1]), 30)
+        assert _metric(node, "aks_flex_node_last_run_timestamp_seconds") == last_run
     finally:
         stop(agent)
     # No pass ran in between: the record is the last pass's, with when it was checked since.

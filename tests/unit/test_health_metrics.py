@@ -69,6 +69,7 @@ def test_render_exact_lines():
         f'aks_flex_node_credential_expiry_timestamp_seconds{{credential="cluster-ca"}} {int(EXPIRY.timestamp())}',
         'aks_flex_node_credential_renewable{credential="cluster-ca"} 1',
         'aks_flex_node_credential_renewable{credential="bootstrap-token"} 1',
+        f"aks_flex_node_last_converged_check_timestamp_seconds {T}",
     ]
     # Every family has its HELP and TYPE before its samples; counters end in _total.
     assert "# TYPE aks_flex_node_repairs_total counter\n" in text
@@ -93,7 +94,8 @@ def test_a_failed_run_and_a_failed_upgrade():
     assert 'aks_flex_node_phase_outcome{operation="bootstrap",outcome="failed",phase="services"} 1' in lines
     assert "aks_flex_node_upgrade_in_progress 0" in lines
     assert not [line for line in lines if line.startswith(("aks_flex_node_joined", "aks_flex_node_repairs_total",
-                                                            "aks_flex_node_credential_"))]
+                                                            "aks_flex_node_credential_",
+                                                            "aks_flex_node_last_converged_check"))]
 
 
 def test_repairs_count_only_on_a_converged_node_and_outlive_the_run():

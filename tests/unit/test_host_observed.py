@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from aks_flex_node import strictmodes
 from aks_flex_node.host import Host, observed
 from aks_flex_node.host.run import run_command
 
@@ -102,6 +103,14 @@ def test_proc_modules_is_judged_by_the_names_alone(host):
     assert observed.same(seen, ask) is None  # use counts move with the node's load
     host.path("/proc/modules").write_bytes(b"overlay 151552 7 - Live 0x0\n")
     assert "content" in observed.same(seen, ask)
+
+
+def test_a_directory_judged_by_its_mode_and_owner_is_watched_for_those_alone(host):
+    seen = recorded(host, lambda h: strictmodes.directory_problems("k", "/etc/x", str(h.path("/etc/x")), str(h.root)))
+    (host.path("/etc/x/unrelated")).write_bytes(b"")  # moves the directory's times, not its mode
+    assert observed.same(seen, ask) is None
+    os.chmod(host.path("/etc/x"), 0o777)
+    assert "mode or owner" in observed.same(seen, ask)
 
 
 def test_a_listing_differs_when_an_entry_comes(host):
