@@ -18,8 +18,10 @@ Measured here, each beside its goal:
 - `agent --once` on the converged node (a full, cloud pass): count, depth, time;
 - the agent at its default intervals (60 s local, 1800 s cloud): CPU time per hour, from
   the parent's and its reaped children's CPU (/proc/PID/stat utime, stime, cutime, cstime)
-  over LOCAL_PASSES local and CLOUD_PASSES cloud passes at short intervals, scaled to an
-  hour's passes. The host commands a pass runs are stand-ins here, Python scripts whose
+  over LOCAL_PASSES local passes (the drift probe off), LOCAL_PASSES intervals with the probe
+  on (its probes, after one local pass) and CLOUD_PASSES cloud passes at short intervals, each
+  interval charged to what status.json says ended it, scaled to an hour's passes and probes
+  (agent_cost). The host commands a pass runs are stand-ins here, Python scripts whose
   interpreter start is not what systemctl (C) or azcmagent (Go) cost on a host: each call
   the passes made is weighed apart (its argv run again when it only reads) and printed, and
   the goal is judged on the rest, the agent's own CPU; its resident memory (the parent's
@@ -515,9 +517,9 @@ def report_fleet(result, floor, writes, settings):
 
 
 def agent_only():
-    """`python3 -m tests.bench_wan`: the agent's CPU per hour and resident size alone (about a
-    minute), without the rest of `make bench`: a scratch node joined on the emulator, then its
-    passes on the WAN profile as `make bench` runs them."""
+    """`python3 -m tests.bench_wan`: the agent's CPU per hour and resident size alone (about
+    three minutes), without the rest of `make bench`: a scratch node joined on the emulator,
+    then its passes and probes on the WAN profile as `make bench` runs them."""
     import json
     import pathlib
     import tempfile
