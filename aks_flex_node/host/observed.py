@@ -50,10 +50,12 @@ FIRST_WORDS = ("/proc/modules", "/proc/swaps")
 READ_ONLY = {"systemctl": frozenset({"show", "is-active", "is-enabled", "is-failed"}),
              "azcmagent": frozenset({"show"})}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-# os events whose first argument (or, for two-path events, both) a pass changes.
-_CHANGES = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
-            "os.truncate": 1, "os.chflags": 1, "os.setxattr": 1, "os.removexattr": 1,
-            "os.rename": 2, "os.link": 2, "os.symlink": 2}
+# os events that change a path, and which of their arguments are the paths changed
+# (os.symlink's first is the link's text, not a path; os.replace raises os.rename).
+_CHANGES = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,), "os.chown": (0,),
+            "os.utime": (0,), "os.truncate": (0,), "os.chflags": (0,), "os.setxattr": (0,),
+            "os.removexattr": (0,), "os.rename": (0, 1), "os.link": (0, 1), "os.symlink": (1,)}
+_PATHS = (str, bytes, os.PathLike)
 _NOT_STATE = ("/dev/null",)
 
 current = None  # the Recorder recording now, in this process (one pass at a time)
@@ -230,9 +232,9 @@ class Recorder:
     # ---- the audit hook (PEP 578) --------------------------------------------------------
 
     def event(self, name, args):
-        if name in ("open", "os.listdir", "os.scandir") or name in _CHANGES:
-            path = args[0]
-            if isinstance(path, (str, bytes)) and not os.fsdecode(path).startswith("/"):
+        for i in _CHANGES.get(name, (0,) if name in ("open", "os.listdir", "os.scandir") else ()):
+            path = args[i] if len(args) > i else None
+            if isinstance(path, _PATHS) and not os.fsdecode(path).startswith("/") and not _code(path):
                 # Relative to a directory descriptor (host/tree.py) or the working directory:
                 # not a path the probe could look at again.
                 self.refuse(f"it used a relative path ({name} {os.fsdecode(path)!r})")
@@ -252,12 +254,12 @@ class Recorder:
                 self.looked(real)
         elif name in ("os.listdir", "os.scandir"):
             path = args[0]
-            if isinstance(path, (str, bytes, os.PathLike)) and not _code(path):
+            if isinstance(path, _PATHS) and not _code(path):
                 self.listed(os.path.abspath(os.fsdecode(path)))
         elif name in _CHANGES:
-            for path in args[:_CHANGES[name]]:
-                if isinstance(path, (str, bytes, os.PathLike)):
-                    self.wrote(os.path.abspath(os.fsdecode(path)))
+            for i in _CHANGES[name]:
+                if len(args) > i and isinstance(args[i], _PATHS):
+                    self.wrote(os.path.abspath(os.fsdecode(args[i])))
         elif name == "subprocess.Popen":
             with self._lock:
                 self.processes += 1

@@ -8,6 +8,7 @@ import pytest
 
 from aks_flex_node import agent
 from aks_flex_node.agent import PassKind, PassOutcome, PhaseSeen
+from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.status import StatusFile
 from aks_flex_node.host import Host
 
@@ -76,3 +77,12 @@ def test_a_run_that_rewrote_status_is_drift(host):
     StatusFile(host).write({"state": "failed", "operation": "bootstrap"})  # an operator's run
     assert not probe.same(1060)
     assert StatusFile(host).read()["state"] == "failed"
+
+
+def test_no_probe_while_a_run_holds_the_lock(host):
+    probe = agent.Probe(host, 300)
+    probe.after(converged_pass(host), 1000)
+    before = StatusFile(host).read()
+    with RunLock(host, "bootstrap"):  # an operator's bootstrap, under way
+        assert not probe.same(1060)
+        assert StatusFile(host).read() == before
