@@ -29,6 +29,12 @@ INSTALL_HINT = (
 # (https://learn.microsoft.com/azure/azure-arc/servers/azcmagent-connect).
 CONNECT_KEYS = ("tenant-id", "subscription-id", "resource-group", "location", "resource-name", "tags", "cloud")
 CONFIG_TIMEOUT = 60
+# The keys of `azcmagent show -j` our code reads (is_connected, steps/arc.py, preflight's
+# identity). The agent's drift probe watches these alone (host/observed.py): the rest of
+# the answer holds the agent's last heartbeat, which moves every few minutes
+# (Learn, "azcmagent show"). tests/unit/test_host_azcmagent_show_keys.py holds every read of
+# a `shown` answer in aks_flex_node to this list.
+SHOW_KEYS = ("status", "resourceName", "resourceGroup", "subscriptionId", "vmId")
 # The agent's own proxy settings (Learn, "Manage and maintain the Azure Connected Machine
 # agent": `azcmagent config set proxy.url`, `proxy.bypass`); the only ones we manage.
 PROXY_PROPERTIES = ("proxy.url", "proxy.bypass")
@@ -83,6 +89,7 @@ class Azcmagent:
             ) from None
         if not isinstance(shown, dict):
             raise AzcmagentError(f"`{self.command} show -j` printed {type(shown).__name__}: expected a JSON object")
+        observed.narrow([self.command, "show", "-j"], SHOW_KEYS)
         return shown
 
     def is_connected(self, expected, shown=None):

@@ -33,6 +33,7 @@ imports no config or steps): None when everything is as it was, else what differ
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
 import sys
@@ -127,7 +128,15 @@ def listing_digest(real):
     return hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def answer_digest(returncode, stdout):
+def answer_digest(returncode, stdout, keys=None):
+    """The digest of a command's answer: its exit code and output, or with `keys`, of the
+    values its JSON object output holds at those keys alone (a marker when it is none)."""
+    if keys is not None:
+        try:
+            doc = json.loads(stdout)
+        except ValueError:
+            doc = None
+        stdout = json.dumps([doc.get(k) for k in keys] if isinstance(doc, dict) else "not a JSON object")
     return hashlib.sha256(f"{returncode}\0{stdout}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -208,7 +217,15 @@ class Recorder:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         with self._lock:
             self.commands.append({"argv": list(argv), "env": added, "timeout": timeout,
-                                  "answer": answer_digest(returncode, stdout)})
+                                  "answer": answer_digest(returncode, stdout), "stdout": (returncode, stdout)})
+
+    def narrow(self, argv, keys):
+        """The caller reads the JSON answer of `argv` at `keys` alone: those are what is watched."""
+        with self._lock:
+            for command in self.commands:
+                if command["argv"] == list(argv) and "keys" not in command:
+                    returncode, stdout = command["stdout"]
+                    command["keys"], command["answer"] = list(keys), answer_digest(returncode, stdout, keys)
 
     def finish(self):
         """The observations (a JSON-able dict) once the pass is over: what it wrote signed
@@ -226,7 +243,8 @@ class Recorder:
         contents = {real: digest for real, digest in self.contents.items() if real not in self.written}
         owners = {real: value for real, value in self.owners.items() if real not in files}
         return {"version": VERSION, "root": self.root, "files": files, "contents": contents, "owners": owners,
-                "listings": dict(self.listings), "commands": list(self.commands),
+                "listings": dict(self.listings),
+                "commands": [{k: v for k, v in c.items() if k != "stdout"} for c in self.commands],
                 "deferred": sorted(self.deferred), "unprobeable": self.unprobeable}
 
     # ---- the audit hook (PEP 578) --------------------------------------------------------
@@ -368,6 +386,13 @@ def ran(argv, env, timeout, returncode, stdout, stdin=None, secrets=()):
         recorder.ran(argv, env, timeout, returncode, stdout, stdin, secrets)
 
 
+def narrow(argv, keys):
+    """A command's reader (host/azcmagent.py show) reads its JSON answer at `keys` alone."""
+    recorder = current
+    if recorder is not None and not getattr(_local, "deferred", 0):
+        recorder.narrow(argv, keys)
+
+
 # ---- looking again (the agent's parent) -------------------------------------------------------
 
 
@@ -395,7 +420,7 @@ def same(observations, run=None):
             returncode, stdout = run(command["argv"], dict(os.environ, **command["env"]), command["timeout"])
         except Exception as err:  # noqa: BLE001 - any failure is a reason to run the real pass
             return f"`{' '.join(command['argv'])}` failed: {type(err).__name__}: {err}"
-        if answer_digest(returncode, stdout) != command["answer"]:
+        if answer_digest(returncode, stdout, command.get("keys")) != command["answer"]:
             return f"`{' '.join(command['argv'])}` answers differently"
     return None
 

@@ -10,6 +10,7 @@ import pytest
 
 from aks_flex_node import strictmodes
 from aks_flex_node.host import Host, observed
+from aks_flex_node.host.azcmagent import SHOW_KEYS, Azcmagent
 from aks_flex_node.host.run import run_command
 
 
@@ -190,3 +191,21 @@ def test_nothing_is_noted_once_the_recording_is_over(host):
     host.write_file("/etc/x/later", b"", 0o644)
     seen = recorder.finish()
     assert seen["files"] == {} and seen["unprobeable"] is None
+
+
+def test_azcmagent_show_is_watched_at_the_keys_we_read_alone(host, tmp_path):
+    """Its answer holds the agent's last heartbeat, which moves every few minutes."""
+    answer = tmp_path / "shown.json"
+    answer.write_text('{"status": "Connected", "resourceName": "n1", "lastHeartbeat": "10:00"}')
+    script = tmp_path / "bin" / "azcmagent"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\ncat {answer}\n")
+    script.chmod(0o755)
+    seen = recorded(host, lambda h: Azcmagent(h, str(script)).show())
+    assert seen["unprobeable"] is None and seen["commands"][0]["keys"] == list(SHOW_KEYS)
+    answer.write_text('{"status": "Connected", "resourceName": "n1", "lastHeartbeat": "10:05"}')
+    assert observed.same(seen, ask) is None
+    answer.write_text('{"status": "Disconnected", "resourceName": "n1", "lastHeartbeat": "10:05"}')
+    assert "answers differently" in observed.same(seen, ask)
+    answer.write_text("not JSON")
+    assert "answers differently" in observed.same(seen, ask)
