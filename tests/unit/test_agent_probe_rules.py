@@ -10,6 +10,7 @@ from aks_flex_node import agent
 from aks_flex_node.agent import PassKind, PassOutcome, PhaseSeen
 from aks_flex_node.engine.lock import RunLock
 from aks_flex_node.engine.status import StatusFile
+from aks_flex_node.health import metrics
 from aks_flex_node.host import Host
 
 WATCHED = "/etc/x/managed.conf"
@@ -86,3 +87,8 @@ def test_no_probe_while_a_run_holds_the_lock(host):
     with RunLock(host, "bootstrap"):  # an operator's bootstrap, under way
         assert not probe.same(1060)
         assert StatusFile(host).read() == before
+
+
+def test_the_probe_rewrites_the_metric_the_pass_writes():
+    """The parent holds no health/ module: its copy of the line's name is the metrics' own."""
+    assert agent.CONVERGED_CHECK == metrics.CONVERGED_CHECK.encode() + b" "
