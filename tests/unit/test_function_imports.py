@@ -81,6 +81,8 @@ LIGHT_PATHS = {
 
 # (module, target) -> why it stays in a function although no light path above needs it.
 EXPLAINED = {
+    ("aks_flex_node.cli", "atexit"):
+        "a cached `token` loads nothing beyond json, os and time (cached_token.py); atexit is the exit's alone",
     ("aks_flex_node.azure.clients", "azure.mgmt.hybridcompute"):
         "a run loads only the management clients it calls (an agent-pool join never calls Arc)",
     ("aks_flex_node.azure.clients", "azure.mgmt.authorization"):
