@@ -21,24 +21,25 @@ the resident agent between passes is the CLI and this module (issue 12: at most 
 about 50 MB when the SDK stayed imported). So this module imports none of them at its top.
 A child that dies (killed, crashed) is a failed pass like any other, with its exit status.
 
-The drift probe (issue 30: at most 3.6 s of CPU an hour, 0.1 % of a core). A local pass
-cost 128 ms of CPU: 67 ms to import the config and steps again in its child, 62 ms of
-work; at 58 an hour that was 8.4 s, and holding the imports in this process for the
-children to share makes it 25.5 MB, past its 20 MB. So a local pass that converged without
-changing anything hands back what it observed of the host (host/observed.py: each path's
-lstat and stat, a pseudo-file's content, a listing, a read-only command's answer, taken as
-the pass looked), and at the next local interval this process looks again, with the
-standard library alone: everything the same -> no pass (status.json's `checked` and
-`probes`, and the metrics textfile's last line, say so); anything different, unreadable or failing -> the pass is forked, as
-before. A probe never stands in for a full pass, a failed pass's retry, a pending join, a
-pass that repaired something (whose repair must be seen to stick) or one that could not be
-recorded whole (a process that is not a read-only command, a network exchange the probe
-does not defer), nor in agent-pool mode (each pass reads its Node for the pool's signal). What a local pass reads from the network (the Node, as the node, and
-HIMDS's token for it) and what changes with the clock alone (the Node conditions'
-heartbeat, certificate expiry, the GPU advertisement's grace, an upgrade window) the probe
-does not see: a real local pass runs at least every PROBE_MAX_AGE seconds for them. An hour
-is then 48 probes of about 15 ms, 10 local and 2 cloud passes: 3.1 s, against 9.2 s without
-the probe in the same run (docs/testing.md, the bench's agent rows).
+The drift probe (issue 30: at most 3.6 s of CPU an hour, 0.1 % of a core). A local pass cost
+128 ms of CPU: 67 ms to import the config and steps again in its child, 62 ms of work; at 58
+an hour that was 8.4 s, and holding the imports in this process for the children to share
+makes it 25.5 MB, past its 20 MB. So a local pass that converged without changing anything
+hands back what it observed of the host (host/observed.py: each path's lstat and stat, a
+pseudo-file's content, a listing, a read-only command's answer, taken as the pass looked),
+and at the next local interval this process looks again, with the standard library alone:
+everything the same -> no pass (status.json's `checked` and `probes`, and the metrics
+textfile's last line, say so); anything different, unreadable or failing -> the pass is
+forked, as before. A probe never stands in for a full pass, a failed pass's retry, a pending
+join, a pass that repaired something (whose repair must be seen to stick) or one that could
+not be recorded whole (a process that is not a read-only command, a network exchange the
+probe does not defer), nor in agent-pool mode (each pass reads its Node for the pool's
+signal). What a local pass reads from the network (the Node, as the node, and HIMDS's token
+for it) and what changes with the clock alone (the Node conditions' heartbeat, certificate
+expiry, the GPU advertisement's grace, an upgrade window) the probe does not see: a real
+local pass runs at least every PROBE_MAX_AGE seconds for them. An hour is then 48 probes of
+about 15 ms, 10 local and 2 cloud passes: 3.1 s, against 9.2 s without the probe in the same
+run (docs/testing.md, the bench's agent rows).
 """
 
 import dataclasses
