@@ -374,6 +374,7 @@ def wan_profile(emu, base, bin_dir):
     # The run of the median depth speaks for the chain (a busy CPU can add a link to one run).
     out["converged"] = sorted(runs, key=lambda figures: figures["depth"])[len(runs) // 2]
     out["rerun"] = statistics.median(out["reruns"])
+    out["rerun_imports"] = bench_wan.rerun_imports(node)
     since = time.time()
     t0 = time.monotonic()
     proc = node.cli("agent", "--once")
@@ -401,7 +402,7 @@ def report_wan(w):
                                                                   longest_path, durations)
     bench_wan.report_profile()
     bench_wan.report_join(w["join"], w["sequential"], bound, fixed, path, weights, link, w["cold"], w["seq_chain"])
-    bench_wan.report_converged(w["rerun"], w["converged"], w["reruns"])
+    bench_wan.report_converged(w["rerun"], w["converged"], w["reruns"], w["rerun_imports"])
     bench_wan.report_agent_pass(w["agent_pass"], w["agent_chain"])
     bench_wan.report_agent_cost(w["agent_cost"])
     bench_wan.report_token(*w["token"], *w["token_imports"])
@@ -524,6 +525,10 @@ def converged_main():
                       durations(summary).items(), key=lambda kv: -kv[1])[:4]))
             print(bench_wan.chain_line(figures))
             bench_wan.print_chain(figures)
+        start, imported, count = bench_wan.rerun_imports(node)
+        print(f"\na fresh interpreter: {start:.2f} s to start; {imported:.2f} s to start and import the {count} "
+              "modules a converged re-run has loaded when it ends (load average "
+              f"{os.getloadavg()[0]:.1f})")
     finally:
         stop_fake_units(base / "converged" / "fake-state")
         emu.stop()

@@ -407,7 +407,33 @@ def report_join(join, sequential, bound, fixed, path, weights, link, cold, seq_c
     row("WAN join / lower bound", join / bound, "x", "WAN join / lower bound")
 
 
-def report_converged(wall, figures, walls=()):
+def rerun_imports(node, runs=5):
+    """(interpreter start s, start and imports s): medians of `runs` fresh interpreters, one
+    doing nothing, one importing every module a converged `bootstrap` has loaded when it ends
+    (and nothing else): CPU that no order of the run's reads can take away."""
+    code = ("import sys; from aks_flex_node.cli import main; code = main(); "
+            f"sys.stderr.write({MODULES_MARK!r} + ' '.join(sorted(sys.modules)) + '\\n'); sys.exit(code)")
+    env = dict(node.env, PYTHONPATH=harness.REPO)
+    proc = subprocess.run([sys.executable, "-c", code, "bootstrap", "--root", node.root, "--json"],
+                          env=env, cwd="/", capture_output=True, text=True)
+    if proc.returncode != 0 or MODULES_MARK not in proc.stderr:
+        raise SystemExit(f"the converged bootstrap failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    names = sorted(m for m in proc.stderr.rsplit(MODULES_MARK, 1)[1].split() if m != "__main__")
+    importing = ("import importlib, os\nfor m in %r:\n    try:\n        importlib.import_module(m)\n"
+                 "    except Exception:\n        pass\nos._exit(0)" % names)
+
+    def median_of(argv):
+        times = []
+        for _ in range(runs):
+            t0 = time.monotonic()
+            subprocess.run(argv, env=env, cwd="/", check=True, capture_output=True)
+            times.append(time.monotonic() - t0)
+        return sorted(times)[len(times) // 2]
+
+    return median_of([sys.executable, "-c", "pass"]), median_of([sys.executable, "-c", importing]), len(names)
+
+
+def report_converged(wall, figures, walls=(), imports=None):
     print("\nconverged re-run on the WAN profile (whole process" + (f", median of {len(walls)}" if walls else "") + "):")
     row("WAN converged re-run (s)", wall, " s", "WAN converged re-run (s)")
     if walls:
@@ -416,15 +442,25 @@ def report_converged(wall, figures, walls=()):
     print(chain_line(figures))
     print_chain(figures)
     if figures["depth"] > GOALS["WAN converged re-run depth"]:
-        print(f"    why not: the run's own order is 4 answers in a row (steps/cloud_reads.py: Entra's discovery, "
-              f"the token, the ARM reads and the Node at once, the role assignments of the machine's principal; "
-              f"tests/integration/test_cloud_reads.py holds it); {figures['depth']} means a request sent beside "
-              "them began only after another had ended (a preflight probe, or the Node read, delayed by a busy "
-              "CPU): the chain counts any request that starts after another's answer")
+        print(f"    why not: the run's own order is 3 answers in a row (steps/cloud_reads.py: Entra's discovery, "
+              f"the token, then the ARM reads, the role assignments of the principal the join recorded among "
+              f"them, and the Node at once; tests/integration/test_cloud_reads.py holds it); {figures['depth']} "
+              "means a request sent beside them began only after another had ended (a preflight probe, or the "
+              "Node read, delayed by a busy CPU): the chain counts any request that starts after another's answer")
+    if imports is not None:
+        start, imported, count = imports
+        print(f"    a fresh interpreter: {start:.2f} s to start; {imported:.2f} s to start and import the {count} "
+              "modules this run has loaded when it ends, and do nothing else (most of them the Azure SDK's: "
+              "azure-identity with MSAL, requests and cryptography, and the three management clients)")
     if wall > GOALS["WAN converged re-run (s)"]:
-        print(f"    why not: {figures['floor']:.2f} s of it is the chain's round trips; the rest is this process's "
-              "CPU: the interpreter and our imports, the Azure SDK's import and its clients (made while the token "
-              "is on its way), preflight's host checks and the host-command stand-ins (Python scripts here): "
+        floor = figures["floor"] + (imports[1] if imports else 0.0)
+        print(f"    why not: {figures['floor']:.2f} s of it is the chain's round trips, and "
+              + (f"{imports[1]:.2f} s the interpreter's start and the imports alone, {floor:.2f} s together: "
+                 if imports else "")
+              + "this process's CPU, one interpreter lock, takes the rest: preflight's host checks and probes, "
+              "the SDK's requests and answers, the steps' checks, status and metrics written (fsync'd), and the "
+              "host-command stand-ins (Python scripts here); the management clients' imports run while the "
+              "token is on its way and the local checks while ARM answers, so what is left is CPU, not waiting: "
               "`python3 -m tests.bench converged` shows the run's phases")
 
 
