@@ -223,12 +223,17 @@ def light_commands(bin_dir, node):
 
 
 def status_mark(node):
+    """What status.json says ended the agent's last interval: a pass (its `finished`) or the
+    drift probe that stood in for one (its `checked` and `probes`, agent.py); None before a
+    pass has succeeded."""
     try:
         with open(node.path("/var/lib/aks-flex-node/status.json")) as f:
             status = json.load(f)
     except (OSError, ValueError):
         return None
-    return status.get("finished") if status.get("state") == "succeeded" else None
+    if status.get("state") != "succeeded":
+        return None
+    return status.get("finished"), status.get("checked"), status.get("probes")
 
 
 def vm(pid, field):
@@ -240,8 +245,8 @@ def vm(pid, field):
 
 
 def agent_memory(node, passes=3, interval=2.0):
-    """VmRSS (MiB) of the agent between passes: after the full pass, after local ones; and
-    its peak (VmHWM)."""
+    """VmRSS (MiB) of the agent between passes: after the full pass, after the local pass or
+    probe of each interval that follows; and its peak (VmHWM)."""
     argv = [sys.executable, "-m", "aks_flex_node", "agent", "--root", node.root,
             "--interval", str(interval), "--cloud-interval", "3600"]
     proc = subprocess.Popen(argv, env=node.env, cwd=harness.REPO, stdout=subprocess.DEVNULL,
