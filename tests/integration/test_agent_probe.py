@@ -109,26 +109,24 @@ def test_drift_between_intervals_is_repaired_by_the_pass_the_probe_forks(node, d
         stop(agent)
 
 
+def every_interval_is_a_pass(node, *flags):
+    """The agent on `node` (with `flags`) ends four intervals with a pass of its own, and
+    no probe stands in for one."""
+    node.cli("bootstrap", check=True)
+    agent = start_agent(node, "--interval", "0.5", *flags)
+    try:
+        starts = set()
+        assert wait_for(lambda: starts.add(status(node).get("started")) or len(starts - {None}) >= 4, 120)
+        assert "probes" not in status(node)
+    finally:
+        stop(agent)
+
+
 def test_no_probe_stands_in_for_an_agent_pool_pass(pool_node):
     """In agent-pool mode each pass reads its Node for the pool's signal (pool_follow.py),
     which the probe cannot see: every interval is a real pass."""
-    node = pool_node
-    node.cli("bootstrap", check=True)
-    agent = start_agent(node, "--interval", "0.5")
-    try:
-        starts = set()
-        assert wait_for(lambda: starts.add(status(node).get("started")) or len(starts - {None}) >= 4, 120)
-        assert "probes" not in status(node)
-    finally:
-        stop(agent)
+    every_interval_is_a_pass(pool_node)
 
 
 def test_no_probe_when_its_age_limit_is_zero(node):
-    node.cli("bootstrap", check=True)
-    agent = start_agent(node, "--interval", "0.5", "--probe-max-age", "0")
-    try:
-        starts = set()
-        assert wait_for(lambda: starts.add(status(node).get("started")) or len(starts - {None}) >= 4, 120)
-        assert "probes" not in status(node)
-    finally:
-        stop(agent)
+    every_interval_is_a_pass(node, "--probe-max-age", "0")

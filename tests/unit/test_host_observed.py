@@ -127,16 +127,21 @@ def test_what_the_pass_wrote_is_signed_after_its_write(host):
     assert "state.json" in observed.same(seen, ask)
 
 
+def shell_stand_in(tmp_path, name, body):
+    """The path of an executable shell script `name` in tmp_path/bin that runs `body`."""
+    script = tmp_path / "bin" / name
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
 @pytest.fixture
 def systemctl(tmp_path):
     """A stand-in `systemctl` that answers what its state file says, with its exit code."""
     state = tmp_path / "unit-state"
     state.write_text("0 active\n")
-    script = tmp_path / "bin" / "systemctl"
-    script.parent.mkdir()
-    script.write_text(f"#!/bin/sh\nread code word < {state}\necho ActiveState=$word\nexit $code\n")
-    script.chmod(0o755)
-    return str(script), state
+    return shell_stand_in(tmp_path, "systemctl", f"read code word < {state}\necho ActiveState=$word\nexit $code"), state
 
 
 def show(host, script):
@@ -197,11 +202,8 @@ def test_azcmagent_show_is_watched_at_the_keys_we_read_alone(host, tmp_path):
     """Its answer holds the agent's last heartbeat, which moves every few minutes."""
     answer = tmp_path / "shown.json"
     answer.write_text('{"status": "Connected", "resourceName": "n1", "lastHeartbeat": "10:00"}')
-    script = tmp_path / "bin" / "azcmagent"
-    script.parent.mkdir()
-    script.write_text(f"#!/bin/sh\ncat {answer}\n")
-    script.chmod(0o755)
-    seen = recorded(host, lambda h: Azcmagent(h, str(script)).show())
+    script = shell_stand_in(tmp_path, "azcmagent", f"cat {answer}")
+    seen = recorded(host, lambda h: Azcmagent(h, script).show())
     assert seen["unprobeable"] is None and seen["commands"][0]["keys"] == list(SHOW_KEYS)
     answer.write_text('{"status": "Connected", "resourceName": "n1", "lastHeartbeat": "10:05"}')
     assert observed.same(seen, ask) is None
