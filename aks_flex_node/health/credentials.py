@@ -26,7 +26,6 @@ from aks_flex_node.words import WordEnum
 # A certificate chain or CA bundle is a few KiB; this is far above any real one.
 MAX_PEM = 256 * 1024
 
-# RFC 7468, section 2: the encapsulation boundaries; only the CERTIFICATE label is taken.
 
 
 class CredentialKind(WordEnum):

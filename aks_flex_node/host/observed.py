@@ -357,11 +357,17 @@ def deferred(what):
 # ---- the door's own notes (stat-only looks, commands) ----------------------------------------
 
 
+def _noting():
+    """The Recorder to note in, or None: none records, or the caller is inside a `deferred`
+    exchange."""
+    return current if current is not None and not getattr(_local, "deferred", 0) else None
+
+
 def looked(real, owner_only=False):
     """Host door functions that look at a path without opening it (lstat, stat, readlink) call
     this; `owner_only`: the caller judges its mode and owner alone (a link followed)."""
-    recorder = current
-    if recorder is not None and not getattr(_local, "deferred", 0) and not getattr(_local, "busy", False):
+    recorder = _noting()
+    if recorder is not None and not getattr(_local, "busy", False):
         _local.busy = True
         try:
             real = os.path.abspath(os.fsdecode(real))
@@ -381,15 +387,15 @@ def refuse(why):
 
 def ran(argv, env, timeout, returncode, stdout, stdin=None, secrets=()):
     """host/run.py calls this for each command that ran to its end."""
-    recorder = current
-    if recorder is not None and not getattr(_local, "deferred", 0):
+    recorder = _noting()
+    if recorder is not None:
         recorder.ran(argv, env, timeout, returncode, stdout, stdin, secrets)
 
 
 def narrow(argv, keys):
     """A command's reader (host/azcmagent.py show) reads its JSON answer at `keys` alone."""
-    recorder = current
-    if recorder is not None and not getattr(_local, "deferred", 0):
+    recorder = _noting()
+    if recorder is not None:
         recorder.narrow(argv, keys)
 
 
